@@ -1,0 +1,88 @@
+# moezip build. `make` builds everything, `make test` runs the test suite,
+# `make run` runs the main job on the bundled real model, `make bench` measures.
+# Every target first runs `make deps` (tools/install-deps.sh), which installs only what is missing.
+
+ENGINE_BIN := $(CURDIR)/.deps/engine/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+ENGINE_SRC := $(CURDIR)/.deps/llama.cpp
+BUILD      := build
+SHARED     ?= $(abspath ../shared)
+
+CXX      ?= g++
+SANITIZE ?=
+OPT      ?= -O2
+CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -MMD -MP
+# The engine's headers (public and the internal ggml-impl.h), from the bundle of the exact build.
+CPPFLAGS := -I$(CURDIR) -isystem $(ENGINE_SRC)/include -isystem $(ENGINE_SRC)/ggml/include \
+            -isystem $(ENGINE_SRC)/ggml/src
+LDFLAGS  :=
+ifneq ($(SANITIZE),)
+CXXFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+
+# Our own programs link the engine directly; libmoezip.so never does (it binds at run time).
+ENGINE_LIBS := -L$(ENGINE_BIN) -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so \
+               -Wl,-rpath,$(ENGINE_BIN)
+SYS_LIBS    := -lzmq -lxxhash -ldl -lpthread
+
+# Core: everything tests, tools and the preload share. preload/hooks.cpp (the extern "C" shims)
+# is the only file that goes into libmoezip.so alone.
+PRELOAD_SHIMS := preload/hooks.cpp
+CORE_SRC := $(sort $(wildcard coordinator/*.cpp provider_map/*.cpp) \
+                   $(filter-out $(PRELOAD_SHIMS),$(wildcard preload/*.cpp)))
+CORE_OBJ := $(CORE_SRC:%.cpp=$(BUILD)/obj/%.o)
+CORE_LIB := $(BUILD)/libmoezip_core.a
+
+PRELOAD_LIB := $(BUILD)/libmoezip.so
+
+TOOL_DIRS := $(patsubst %/,%,$(dir $(wildcard tools/moezip-*/*.cpp)))
+TOOLS     := $(sort $(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS)))
+
+TEST_SRC := $(wildcard tests/*.cpp)
+TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
+TEST_BIN := $(BUILD)/bin/moezip-tests
+
+.PHONY: all deps test run bench clean fixtures
+all: deps
+	@$(MAKE) --no-print-directory build-all
+
+.PHONY: build-all
+build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN)
+
+deps:
+	@tools/install-deps.sh
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(PRELOAD_LIB): $(PRELOAD_SHIMS:%.cpp=$(BUILD)/obj/%.o) $(CORE_LIB) preload/exports.map
+	$(CXX) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
+	  -Wl,--version-script=preload/exports.map -Wl,--no-undefined -static-libstdc++ -static-libgcc $(SYS_LIBS)
+
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(patsubst %.cpp,$(BUILD)/obj/%.o,$$(wildcard tools/%/*.cpp)) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
+
+$(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
+
+test: all
+	@MOEZIP_SHARED=$(SHARED) tools/run-tests.sh
+
+run: all
+	@MOEZIP_SHARED=$(SHARED) tools/run-demo.sh
+
+bench: all
+	@MOEZIP_SHARED=$(SHARED) tools/run-bench.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

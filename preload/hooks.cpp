@@ -1,0 +1,2 @@
+// placeholder, replaced by the interposition shims
+#include "preload/engine_api.h"

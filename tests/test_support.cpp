@@ -1,0 +1,143 @@
+#include "tests/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <limits.h>
+#include <poll.h>
+#include <sstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char ** environ;
+
+namespace moezip_test {
+
+std::string repo_root() {
+    if (const char * r = getenv("MOEZIP_ROOT")) return r;
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return ".";
+    buf[n] = 0;
+    std::string exe(buf);  // <root>/build/bin/moezip-tests
+    for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
+    return exe;
+}
+
+std::string shared_dir() {
+    if (const char * s = getenv("MOEZIP_SHARED")) return s;
+    return repo_root() + "/../shared";
+}
+
+std::string bin_path(const std::string & name) { return repo_root() + "/build/bin/" + name; }
+std::string preload_path() { return repo_root() + "/build/libmoezip.so"; }
+
+std::string test_dir(const std::string & name) {
+    std::string dir = repo_root() + "/build/test-out/" + name;
+    run_command({"/bin/rm", "-rf", dir});
+    run_command({"/bin/mkdir", "-p", dir});
+    return dir;
+}
+
+static void drain(int fd, std::string & into) {
+    char buf[65536];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) into.append(buf, (size_t) n);
+}
+
+CommandResult run_command(const std::vector<std::string> & argv,
+                          const std::map<std::string, std::string> & env, int timeout_s) {
+    CommandResult res;
+    int out_pipe[2], err_pipe[2];
+    if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return res;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        close(out_pipe[0]); close(err_pipe[0]); close(out_pipe[1]); close(err_pipe[1]);
+        for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+        std::vector<char *> args;
+        for (const auto & a : argv) args.push_back(const_cast<char *>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
+        _exit(127);
+    }
+    close(out_pipe[1]); close(err_pipe[1]);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    bool out_open = true, err_open = true;
+    while (out_open || err_open) {
+        struct pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+        int r = poll(fds, 2, 1000);
+        if (r > 0) {
+            for (int i = 0; i < 2; ++i) {
+                if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                    std::string & into = i == 0 ? res.out : res.err;
+                    size_t before = into.size();
+                    drain(fds[i].fd, into);
+                    if (into.size() == before) (i == 0 ? out_open : err_open) = false;
+                }
+            }
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > timeout_s) {
+            kill(pid, SIGKILL);
+            break;
+        }
+    }
+    close(out_pipe[0]); close(err_pipe[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return res;
+}
+
+std::string fixture_model(const std::vector<std::string> & args) {
+    std::string name;
+    for (const auto & a : args) {
+        std::string part = a;
+        for (char & c : part) if (c == '-' || c == '/' || c == ' ') c = '_';
+        name += part;
+    }
+    std::string dir = repo_root() + "/build/fixtures";
+    std::string path = dir + "/" + name + ".gguf";
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && st.st_size > 0) return path;
+    run_command({"/bin/mkdir", "-p", dir});
+    std::vector<std::string> argv = {bin_path("moezip-fixture")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("-o");
+    argv.push_back(path + ".tmp");
+    CommandResult r = run_command(argv, {}, 900);
+    if (r.exit_code != 0) {
+        ADD_FAILURE() << "moezip-fixture failed (" << r.exit_code << "): " << r.err;
+        return "";
+    }
+    rename((path + ".tmp").c_str(), path.c_str());
+    return path;
+}
+
+std::string sha256_file(const std::string & path) {
+    CommandResult r = run_command({"sha256sum", path});
+    if (r.exit_code != 0) return "";
+    return r.out.substr(0, 64);
+}
+
+std::string read_file(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+} // namespace moezip_test

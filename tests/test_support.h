@@ -1,0 +1,45 @@
+// moezip tests: paths, child processes and fixture models shared by the test files.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moezip_test {
+
+/// The repository root (two levels above build/bin/moezip-tests).
+std::string repo_root();
+/// ../shared (or $MOEZIP_SHARED): the read-only real model and notes.
+std::string shared_dir();
+/// Path of one of our built programs: bin_path("moezip-run") -> <root>/build/bin/moezip-run.
+std::string bin_path(const std::string & name);
+/// <root>/build/libmoezip.so
+std::string preload_path();
+/// A fresh directory under build/test-out/ for one test (removed and recreated).
+std::string test_dir(const std::string & name);
+
+/// Exit status and captured output of a child process.
+struct CommandResult {
+    int exit_code = -1;   ///< exit status; 128+signal when killed by a signal
+    std::string out;      ///< standard output
+    std::string err;      ///< standard error
+};
+
+/// Runs argv[0] with argv, extra environment variables added to (or overriding) ours.
+/// Waits at most timeout_s seconds, then kills the child (exit_code 128+SIGKILL).
+CommandResult run_command(const std::vector<std::string> & argv,
+                          const std::map<std::string, std::string> & env = {},
+                          int timeout_s = 300);
+
+/// A synthetic MoE model from moezip-fixture, generated once into build/fixtures/ and reused.
+/// `args` are extra moezip-fixture flags (for example {"--preset", "tiny", "--type", "q8_0"}).
+/// Fails the calling test (ADD_FAILURE) and returns "" when generation fails.
+std::string fixture_model(const std::vector<std::string> & args);
+
+/// sha256 of a file as lowercase hex ("" if unreadable).
+std::string sha256_file(const std::string & path);
+
+/// Reads a whole file ("" if unreadable).
+std::string read_file(const std::string & path);
+
+} // namespace moezip_test

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make test: runs the GoogleTest suite and ends with the line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export MOEZIP_SHARED="${MOEZIP_SHARED:-$(cd .. && pwd)/shared}"
+mkdir -p build/test-out
+out=build/test-out/gtest.json
+rm -f "$out"
+# No timing inside tests; the whole suite is bounded here so a hang cannot eat CI's 90 minutes.
+timeout --signal=TERM --kill-after=30 1200 build/bin/moezip-tests --gtest_output="json:$out" "$@"
+rc=$?
+passed=0; failed=0
+if [ -f "$out" ]; then
+  tests=$(grep -m1 -o '"tests": [0-9]*' "$out" | grep -o '[0-9]*$')
+  failed=$(grep -m1 -o '"failures": [0-9]*' "$out" | grep -o '[0-9]*$')
+  disabled=$(grep -m1 -o '"disabled": [0-9]*' "$out" | grep -o '[0-9]*$')
+  skipped=$(grep -c '"result": "SKIPPED"' "$out")
+  passed=$(( tests - failed - ${disabled:-0} - skipped ))
+  [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1   # a crash or timeout counts as a failure
+  echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+else
+  echo "0 passed, 1 failed"
+fi
+[ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
