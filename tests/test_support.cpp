@@ -21,27 +21,35 @@ extern char ** environ;
 
 namespace moezip_test {
 
-std::string repo_root() {
-    if (const char * r = getenv("MOEZIP_ROOT")) return r;
+// <root>/<build>/bin/moezip-tests: the build folder is the one this test binary was built in
+// (`make BUILD=dir` keeps separate trees apart).
+static std::string self_dir_up(int levels) {
     char buf[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) return ".";
     buf[n] = 0;
-    std::string exe(buf);  // <root>/build/bin/moezip-tests
-    for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
+    std::string exe(buf);
+    for (int i = 0; i < levels; ++i) exe = exe.substr(0, exe.rfind('/'));
     return exe;
 }
+
+std::string repo_root() {
+    if (const char * r = getenv("MOEZIP_ROOT")) return r;
+    return self_dir_up(3);
+}
+
+std::string build_dir() { return self_dir_up(2); }
 
 std::string shared_dir() {
     if (const char * s = getenv("MOEZIP_SHARED")) return s;
     return repo_root() + "/../shared";
 }
 
-std::string bin_path(const std::string & name) { return repo_root() + "/build/bin/" + name; }
-std::string preload_path() { return repo_root() + "/build/libmoezip.so"; }
+std::string bin_path(const std::string & name) { return build_dir() + "/bin/" + name; }
+std::string preload_path() { return build_dir() + "/libmoezip.so"; }
 
 std::string test_dir(const std::string & name) {
-    std::string dir = repo_root() + "/build/test-out/" + name;
+    std::string dir = build_dir() + "/test-out/" + name;
     run_command({"/bin/rm", "-rf", dir});
     run_command({"/bin/mkdir", "-p", dir});
     return dir;
@@ -109,7 +117,7 @@ std::string fixture_model(const std::vector<std::string> & args) {
         for (char & c : part) if (c == '-' || c == '/' || c == ' ') c = '_';
         name += part;
     }
-    std::string dir = repo_root() + "/build/fixtures";
+    std::string dir = build_dir() + "/fixtures";
     std::string path = dir + "/" + name + ".gguf";
     struct stat st;
     if (stat(path.c_str(), &st) == 0 && st.st_size > 0) return path;

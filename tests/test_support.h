@@ -9,13 +9,15 @@ namespace moezip_test {
 
 /// The repository root (two levels above build/bin/moezip-tests).
 std::string repo_root();
+/// The build folder this test binary lives in (<root>/build unless `make BUILD=...`).
+std::string build_dir();
 /// ../shared (or $MOEZIP_SHARED): the read-only real model and notes.
 std::string shared_dir();
 /// Path of one of our built programs: bin_path("moezip-run") -> <root>/build/bin/moezip-run.
 std::string bin_path(const std::string & name);
 /// <root>/build/libmoezip.so
 std::string preload_path();
-/// A fresh directory under build/test-out/ for one test (removed and recreated).
+/// A fresh directory under <build>/test-out/ for one test (removed and recreated).
 std::string test_dir(const std::string & name);
 
 /// Exit status and captured output of a child process.
@@ -31,7 +33,7 @@ CommandResult run_command(const std::vector<std::string> & argv,
                           const std::map<std::string, std::string> & env = {},
                           int timeout_s = 300);
 
-/// A synthetic MoE model from moezip-fixture, generated once into build/fixtures/ and reused.
+/// A synthetic MoE model from moezip-fixture, generated once into <build>/fixtures/ and reused.
 /// `args` are extra moezip-fixture flags (for example {"--preset", "tiny", "--type", "q8_0"}).
 /// Fails the calling test (ADD_FAILURE) and returns "" when generation fails.
 std::string fixture_model(const std::vector<std::string> & args);

@@ -3,11 +3,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MOEZIP_SHARED="${MOEZIP_SHARED:-$(cd .. && pwd)/shared}"
-mkdir -p build/test-out
-out=build/test-out/gtest.json
+BUILD="${BUILD:-build}"
+mkdir -p "$BUILD/test-out"
+out="$BUILD/test-out/gtest.json"
 rm -f "$out"
 # No timing inside tests; the whole suite is bounded here so a hang cannot eat CI's 90 minutes.
-timeout --signal=TERM --kill-after=30 1200 build/bin/moezip-tests --gtest_output="json:$out" "$@"
+timeout --signal=TERM --kill-after=30 1200 "$BUILD/bin/moezip-tests" --gtest_output="json:$out" "$@"
 rc=$?
 passed=0; failed=0
 if [ -f "$out" ]; then
