@@ -26,11 +26,11 @@ namespace moezip {
     X(ggml_init) X(ggml_free) X(ggml_tensor_overhead) X(ggml_graph_overhead_custom) \
     X(ggml_new_tensor_1d) X(ggml_new_tensor_2d) X(ggml_new_tensor_3d) \
     X(ggml_view_2d) X(ggml_view_3d) X(ggml_reshape_3d) \
-    X(ggml_mul_mat_id) X(ggml_swiglu_split) X(ggml_geglu_split) X(ggml_reglu_split) \
+    X(ggml_mul_mat_id) X(ggml_glu_split) \
     X(ggml_mul) X(ggml_add) X(ggml_cont) \
     X(ggml_new_graph_custom) X(ggml_build_forward_expand) X(ggml_graph_view) \
     X(ggml_graph_n_nodes) X(ggml_graph_node) \
-    X(ggml_nbytes) X(ggml_row_size) X(ggml_type_name) X(ggml_op_name) X(ggml_op_desc) \
+    X(ggml_nbytes) X(ggml_row_size) X(ggml_type_size) X(ggml_blck_size) X(ggml_type_name) X(ggml_op_name) X(ggml_op_desc) \
     X(ggml_get_name) X(ggml_set_name) X(ggml_get_glu_op) X(ggml_is_contiguous) \
     X(ggml_backend_buffer_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_name) \
     X(ggml_backend_reg_get_proc_address)

@@ -1,0 +1,229 @@
+#include "provider_map/moe_region.h"
+
+#include "ggml-impl.h" // ggml_get_op_params_i32 (inline)
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace moezip {
+
+bool moe_node_name_parse(const char * name, std::string & what, int & il) {
+    static const char prefix[] = "ffn_moe_";
+    if (strncmp(name, prefix, sizeof prefix - 1) != 0) return false;
+    const char * dash = strrchr(name, '-');
+    if (dash == nullptr || dash[1] == 0) return false;
+    char * end = nullptr;
+    long v = strtol(dash + 1, &end, 10);
+    if (*end != 0 || v < 0) return false;  // "ffn_moe_x-3 (view)" and the like are not region names
+    what.assign(name + sizeof prefix - 1, dash);
+    il = (int) v;
+    return true;
+}
+
+namespace {
+
+// Named nodes of one layer: what -> (node index, tensor).
+struct LayerNodes {
+    std::map<std::string, std::pair<int, ggml_tensor *>> named;
+    ggml_tensor * get(const char * what) const {
+        auto it = named.find(what);
+        return it == named.end() ? nullptr : it->second.second;
+    }
+};
+
+bool is_glu_supported(ggml_glu_op op) {
+    return op == GGML_GLU_OP_SWIGLU || op == GGML_GLU_OP_GEGLU || op == GGML_GLU_OP_REGLU ||
+           op == GGML_GLU_OP_GEGLU_ERF || op == GGML_GLU_OP_GEGLU_QUICK;
+}
+
+const char * glu_name(ggml_glu_op op) {
+    switch (op) {
+        case GGML_GLU_OP_SWIGLU: return "swiglu";
+        case GGML_GLU_OP_GEGLU: return "geglu";
+        case GGML_GLU_OP_REGLU: return "reglu";
+        case GGML_GLU_OP_GEGLU_ERF: return "geglu_erf";
+        case GGML_GLU_OP_GEGLU_QUICK: return "geglu_quick";
+        default: return "other";
+    }
+}
+
+bool is_mul_mat_id(const ggml_tensor * t, const ggml_tensor * src1, const ggml_tensor * ids) {
+    return t != nullptr && t->op == GGML_OP_MUL_MAT_ID && t->src[1] == src1 && t->src[2] == ids;
+}
+
+// The view of slot s of weighted: [n_embd, n_tokens], row stride weighted->nb[2], offset s*nb[1].
+bool is_slot_view(const ggml_tensor * v, const ggml_tensor * weighted, int64_t s) {
+    if (v == nullptr || v->op != GGML_OP_VIEW || v->src[0] != weighted) return false;
+    size_t offs = 0;
+    memcpy(&offs, v->op_params, sizeof offs);  // ggml_view_impl stores the byte offset in op_params
+    return offs == (size_t) s * weighted->nb[1] && v->ne[0] == weighted->ne[0] &&
+           v->ne[1] == weighted->ne[2] && v->nb[1] == weighted->nb[2];
+}
+
+// Walks out -> adds -> views; fills the slot views in slot order and the add nodes.
+bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used,
+                 std::vector<ggml_tensor *> & members, std::string & why) {
+    if (n_used == 1) {
+        if (out->op != GGML_OP_CONT || !is_slot_view(out->src[0], weighted, 0)) {
+            why = "top-1 output is not CONT(view of slot 0)";
+            return false;
+        }
+        members.push_back(out->src[0]);
+        return true;
+    }
+    ggml_tensor * cur = out;
+    for (int64_t s = n_used - 1; s >= 1; --s) {
+        if (cur->op != GGML_OP_ADD || !is_slot_view(cur->src[1], weighted, s)) {
+            why = "slot sum is not ADD(..., view of slot " + std::to_string(s) + ") in slot order";
+            return false;
+        }
+        members.push_back(cur);
+        members.push_back(cur->src[1]);
+        cur = cur->src[0];
+    }
+    if (!is_slot_view(cur, weighted, 0)) {
+        why = "slot sum does not start at the view of slot 0";
+        return false;
+    }
+    members.push_back(cur);
+    return true;
+}
+
+bool weight_ok(const ggml_tensor * w, BufferTypeNameFn buft_name, std::string & why) {
+    std::string buft = buft_name ? buft_name(w) : std::string();
+    if (w->extra != nullptr || buft.find("REPACK") != std::string::npos) {
+        why = std::string(w->name) + " is repacked (buffer type " + (buft.empty() ? "?" : buft) +
+              "); set no_repack = true to keep expert weights in GGUF layout";
+        return false;
+    }
+    if (w->data == nullptr) {
+        why = std::string(w->name) + " has no data in host memory";
+        return false;
+    }
+    return true;
+}
+
+// Matches one layer's nodes against the pattern; fills r (members: every region node).
+// Dense f32 layout (this file calls no ggml function: the preload binds ggml only at run time).
+bool is_dense_f32(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->nb[1] == t->nb[0] * t->ne[0] &&
+           t->nb[2] == t->nb[1] * t->ne[1] && t->nb[3] == t->nb[2] * t->ne[2];
+}
+
+bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *> & members,
+                 BufferTypeNameFn buft_name) {
+    std::string & why = r.reason;
+    if (ln.get("gate_up")) { why = "fused gate_up experts (ffn_moe_gate_up) are not supported"; return false; }
+    for (const char * v : {"up_biased", "gate_biased", "down_biased", "gate_up_biased"})
+        if (ln.get(v)) { why = std::string("expert biases (ffn_moe_") + v + ") are not supported"; return false; }
+    for (const char * v : {"up_scaled", "gate_scaled", "down_scaled", "swiglu_limited", "swiglu_oai", "situ"})
+        if (ln.get(v)) { why = std::string("activation/scale variant ffn_moe_") + v + " is not supported"; return false; }
+    ggml_tensor * out = ln.get("out");
+    ggml_tensor * weighted = ln.get("weighted");
+    ggml_tensor * down = ln.get("down");
+    ggml_tensor * gate = ln.get("gate");
+    ggml_tensor * up = ln.get("up");
+    if (!out || !weighted || !down || !gate || !up) { why = "incomplete pattern (missing up, gate, down, weighted or out)"; return false; }
+    if (weighted->op != GGML_OP_MUL || weighted->src[0] != down) {
+        why = "ffn_moe_weighted is not MUL(down, weights) (weights applied before the FFN?)";
+        return false;
+    }
+    ggml_tensor * ids = down->src[2];
+    ggml_tensor * act = down->src[1];
+    if (down->op != GGML_OP_MUL_MAT_ID || ids == nullptr || act == nullptr) { why = "ffn_moe_down is not MUL_MAT_ID"; return false; }
+    if (act->op != GGML_OP_GLU || act->src[0] != gate || act->src[1] != up) { why = "activation is not GLU(gate, up)"; return false; }
+    r.glu_op = (ggml_glu_op) ggml_get_op_params_i32(act, 0);  // ggml_glu_impl, ggml/src/ggml.c
+    if (!is_glu_supported(r.glu_op) || ggml_get_op_params_i32(act, 1) != 0) { why = "unsupported or swapped GLU"; return false; }
+    ggml_tensor * hidden = gate->src[1];
+    if (!is_mul_mat_id(gate, hidden, ids) || !is_mul_mat_id(up, hidden, ids)) {
+        why = "gate/up are not MUL_MAT_ID over the same input and ids";
+        return false;
+    }
+    ggml_tensor * weights = weighted->src[1];
+    r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = out;
+    r.gate_exps = gate->src[0]; r.up_exps = up->src[0]; r.down_exps = down->src[0];
+    r.n_embd = hidden->ne[0]; r.n_ff = gate->ne[0]; r.n_expert = r.gate_exps->ne[2];
+    r.n_used = ids->ne[0]; r.n_tokens = ids->ne[1];
+    if (hidden->type != GGML_TYPE_F32 || hidden->ne[1] != 1 || hidden->ne[2] != r.n_tokens) { why = "input is not f32 [n_embd, 1, n_tokens]"; return false; }
+    if (ids->type != GGML_TYPE_I32) { why = "ids are not i32"; return false; }
+    if (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used || weights->ne[2] != r.n_tokens) {
+        why = "routing weights are not f32 [1, n_used, n_tokens]";
+        return false;
+    }
+    if (!is_dense_f32(out) || out->ne[0] != r.n_embd || out->ne[1] != r.n_tokens) {
+        why = "ffn_moe_out is not contiguous f32 [n_embd, n_tokens]";
+        return false;
+    }
+    if (r.down_exps->ne[0] != r.n_ff || r.down_exps->ne[1] != r.n_embd || r.up_exps->ne[1] != r.n_ff) { why = "expert weight shapes disagree"; return false; }
+    for (ggml_tensor * w : {r.gate_exps, r.up_exps, r.down_exps})
+        if (!weight_ok(w, buft_name, why)) return false;
+    members = {up, gate, act, down, weighted};
+    if (!collect_sum(out, weighted, r.n_used, members, why)) return false;
+    r.pattern = std::string("up,gate,") + glu_name(r.glu_op) + ",down,weighted,sum" + std::to_string(r.n_used);
+    return true;
+}
+
+} // namespace
+
+std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, BufferTypeNameFn buft_name) {
+    std::map<int, LayerNodes> layers;
+    std::string what;
+    int il = 0;
+    for (int i = 0; i < n_nodes; ++i) {
+        if (moe_node_name_parse(nodes[i]->name, what, il)) layers[il].named[what] = {i, nodes[i]};
+    }
+    std::vector<MoeRegion> regions;
+    std::unordered_map<const ggml_tensor *, int> index_of;
+    for (int i = 0; i < n_nodes; ++i) index_of[nodes[i]] = i;
+    // intermediate tensor -> region number, to find readers outside the region
+    std::unordered_map<const ggml_tensor *, size_t> inner;
+    for (auto & kv : layers) {
+        const LayerNodes & ln = kv.second;
+        // a layer with only router nodes (no expert matmuls) is not a region
+        if (!ln.get("up") && !ln.get("gate") && !ln.get("gate_up") && !ln.get("down")) continue;
+        MoeRegion r;
+        r.il = kv.first;
+        std::vector<ggml_tensor *> members;
+        r.dispatchable = match_layer(ln, r, members, buft_name);
+        if (r.dispatchable) {
+            r.first_node = n_nodes;
+            std::unordered_set<const ggml_tensor *> member_set(members.begin(), members.end());
+            for (ggml_tensor * m : members) {
+                auto it = index_of.find(m);
+                if (it == index_of.end()) { r.dispatchable = false; r.reason = std::string("region node ") + m->name + " is not in the graph"; break; }
+                if (it->second < r.first_node) r.first_node = it->second;
+                if (m == r.out) r.last_node = it->second;
+            }
+            for (int i = r.first_node; r.dispatchable && i <= r.last_node; ++i) {
+                if (!member_set.count(nodes[i])) {
+                    r.dispatchable = false;
+                    r.reason = std::string("foreign node '") + nodes[i]->name + "' inside the region";
+                }
+            }
+            if (r.dispatchable) {
+                for (ggml_tensor * m : members) if (m != r.out) inner[m] = regions.size();
+            }
+        }
+        if (!r.dispatchable) r.pattern = "unrecognised";
+        regions.push_back(r);
+    }
+    // Nothing outside a region may read its intermediates: we do not produce them.
+    for (int i = 0; i < n_nodes && !inner.empty(); ++i) {
+        for (int s = 0; s < GGML_MAX_SRC; ++s) {
+            auto it = inner.find(nodes[i]->src[s]);
+            if (it == inner.end()) continue;
+            MoeRegion & r = regions[it->second];
+            if (i >= r.first_node && i <= r.last_node) continue;
+            if (r.dispatchable) {
+                r.dispatchable = false;
+                r.reason = std::string("node '") + nodes[i]->name + "' outside the region reads its intermediate";
+            }
+        }
+    }
+    return regions;
+}
+
+} // namespace moezip

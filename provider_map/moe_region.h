@@ -1,0 +1,62 @@
+// moezip: recognise the routed-expert part ("MoE region") of one layer in an engine graph.
+//
+// llama.cpp builds each MoE layer in build_moe_ffn (src/llama-graph.cpp). After the router
+// (ffn_moe_logits -> probs -> argsort/topk -> weights [-> norm/scale]) the graph holds, per layer il,
+// nodes named with the suffix "-<il>":
+//   ffn_moe_up   = MUL_MAT_ID(up_exps,   hidden, ids)     [n_ff, n_used, n_tokens]
+//   ffn_moe_gate = MUL_MAT_ID(gate_exps, hidden, ids)     [n_ff, n_used, n_tokens]
+//   ffn_moe_<act>= GLU(gate, up) (swiglu, geglu, reglu; split form, not swapped)
+//   ffn_moe_down = MUL_MAT_ID(down_exps, act, ids)        [n_embd, n_used, n_tokens]
+//   ffn_moe_weighted = MUL(down, weights[1, n_used, n_tokens])
+//   VIEW(weighted, slot s) for s = 0..n_used-1, then ADD in slot order 0,1,2,... (CONT when n_used = 1)
+//   -> ffn_moe_out [n_embd, n_tokens]
+// hidden is [n_embd, 1, n_tokens] f32, ids [n_used, n_tokens] i32. The router's weights are
+// expanded into the graph before the up/gate matmuls ("call early so that topk-moe can be used"), so
+// the region is one contiguous run of nodes [first_node, last_node]; the router has always run
+// before first_node.
+//
+// A region is "dispatchable" only when every node and edge matches this pattern exactly; any
+// variant (fused gate_up, biases, weighting before the FFN as in llama4, swiglu_oai, repacked
+// weights, nodes outside the region reading its intermediates ...) is reported with the reason
+// and left to the engine.
+#pragma once
+
+#include "ggml.h"
+
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// One layer's MoE region in a graph. Tensor pointers are the engine's, valid for that compute call.
+struct MoeRegion {
+    int il = -1;                         ///< layer index (the "-<il>" suffix)
+    int first_node = -1;                 ///< index of the first region node in the graph
+    int last_node = -1;                  ///< index of ffn_moe_out
+    ggml_tensor * hidden = nullptr;      ///< [n_embd, 1, n_tokens] f32: input of the expert FFN
+    ggml_tensor * ids = nullptr;         ///< [n_used, n_tokens] i32: selected experts (ffn_moe_topk)
+    ggml_tensor * weights = nullptr;     ///< [1, n_used, n_tokens] f32: routing weights per slot
+    ggml_tensor * out = nullptr;         ///< [n_embd, n_tokens] f32: ffn_moe_out
+    ggml_tensor * gate_exps = nullptr;   ///< [n_embd, n_ff, n_expert]
+    ggml_tensor * up_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
+    ggml_tensor * down_exps = nullptr;   ///< [n_ff, n_embd, n_expert]
+    ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;
+    int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_used = 0, n_tokens = 0;
+    bool dispatchable = false;
+    std::string reason;                  ///< why not dispatchable ("" when dispatchable)
+    std::string pattern;                 ///< e.g. "up,gate,swiglu,down,weighted,sum8"
+};
+
+/// Callback used to ask for a weight tensor's buffer type name (e.g. "CPU", "CPU_REPACK");
+/// returns "" when the tensor has no buffer. Injected so that tests can run without a backend.
+using BufferTypeNameFn = std::string (*)(const ggml_tensor * t);
+
+/// Finds every MoE region of a graph given as its node array [n_nodes]. Layers whose nodes are
+/// present but do not match the pattern are returned with dispatchable = false and a reason.
+/// Never throws; never modifies the graph.
+std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, BufferTypeNameFn buft_name);
+
+/// Parses "ffn_moe_<what>-<il>" into what/il; false for other names.
+bool moe_node_name_parse(const char * name, std::string & what, int & il);
+
+} // namespace moezip

@@ -1,0 +1,78 @@
+#include "provider_map/provider_map.h"
+
+#include <xxhash.h>
+
+namespace moezip {
+
+static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(ggml_type), BufferTypeNameFn buft_name) {
+    WeightInfo w;
+    if (t == nullptr) return w;
+    w.name = t->name;
+    w.type = type_name ? type_name(t->type) : std::to_string((int) t->type);
+    w.buffer_type = buft_name ? buft_name(t) : "";
+    for (int i = 0; i < 3; ++i) w.ne[i] = t->ne[i];
+    w.data = t->data;
+    w.repacked = t->extra != nullptr || w.buffer_type.find("REPACK") != std::string::npos;
+    return w;
+}
+
+static void hash_weight(XXH3_state_t * st, const WeightInfo & w) {
+    XXH3_64bits_update(st, w.name.data(), w.name.size());
+    XXH3_64bits_update(st, w.type.data(), w.type.size());
+    XXH3_64bits_update(st, w.buffer_type.data(), w.buffer_type.size());
+    XXH3_64bits_update(st, w.ne, sizeof w.ne);
+    XXH3_64bits_update(st, &w.data, sizeof w.data);
+    XXH3_64bits_update(st, &w.repacked, sizeof w.repacked);
+}
+
+ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & variant,
+                                  const char * (*type_name)(ggml_type), BufferTypeNameFn buft_name) {
+    ProviderEntry e;
+    e.il = r.il;
+    e.dispatchable = r.dispatchable;
+    e.reason = r.reason;
+    e.pattern = r.pattern;
+    e.n_embd = r.n_embd; e.n_ff = r.n_ff; e.n_expert = r.n_expert; e.n_used = r.n_used;
+    e.gate = weight_info(r.gate_exps, type_name, buft_name);
+    e.up = weight_info(r.up_exps, type_name, buft_name);
+    e.down = weight_info(r.down_exps, type_name, buft_name);
+    XXH3_state_t * st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, variant.path.data(), variant.path.size());
+    XXH3_64bits_update(st, variant.build_id.data(), variant.build_id.size());
+    XXH3_64bits_update(st, &variant.compute_fn, sizeof variant.compute_fn);
+    XXH3_64bits_update(st, e.pattern.data(), e.pattern.size());
+    int64_t dims[4] = {e.n_embd, e.n_ff, e.n_expert, e.n_used};
+    XXH3_64bits_update(st, dims, sizeof dims);
+    hash_weight(st, e.gate);
+    hash_weight(st, e.up);
+    hash_weight(st, e.down);
+    e.identity = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return e;
+}
+
+static std::string weight_diff(const char * which, const WeightInfo & a, const WeightInfo & b) {
+    if (a.name != b.name) return std::string(which) + " tensor is " + b.name + ", planned " + a.name;
+    if (a.type != b.type) return std::string(which) + " type is " + b.type + ", planned " + a.type;
+    if (a.buffer_type != b.buffer_type) return std::string(which) + " buffer is " + b.buffer_type + ", planned " + a.buffer_type;
+    if (a.repacked != b.repacked) return std::string(which) + (b.repacked ? " is repacked now" : " is no longer repacked");
+    for (int i = 0; i < 3; ++i)
+        if (a.ne[i] != b.ne[i]) return std::string(which) + " shape differs from the plan";
+    if (a.data != b.data) return std::string(which) + " weights moved (" + b.name + " data address differs from the plan)";
+    return "";
+}
+
+Status provider_check(const ProviderEntry & planned, const ProviderEntry & now) {
+    if (planned.identity == now.identity) return Status::ok();
+    std::string where = "layer " + std::to_string(now.il) + ": ";
+    if (planned.pattern != now.pattern) return Status::mismatch(where + "pattern " + now.pattern + ", planned " + planned.pattern);
+    if (planned.n_embd != now.n_embd || planned.n_ff != now.n_ff || planned.n_expert != now.n_expert || planned.n_used != now.n_used)
+        return Status::mismatch(where + "dimensions differ from the plan");
+    for (auto d : {weight_diff("gate", planned.gate, now.gate), weight_diff("up", planned.up, now.up),
+                   weight_diff("down", planned.down, now.down)})
+        if (!d.empty()) return Status::mismatch(where + d);
+    return Status::mismatch(where + "CPU backend variant differs from the plan");
+}
+
+} // namespace moezip
