@@ -91,17 +91,4 @@ Status report_write_atomic(const std::string & path, const nlohmann::json & j) {
     return Status::ok();
 }
 
-std::string report_path_expand(const std::string & pattern, int pid) {
-    std::string out;
-    for (size_t i = 0; i < pattern.size(); ++i) {
-        if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
-            out += std::to_string(pid);
-            ++i;
-        } else {
-            out += pattern[i];
-        }
-    }
-    return out;
-}
-
 } // namespace moezip

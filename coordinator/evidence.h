@@ -68,8 +68,6 @@ struct Evidence {
 nlohmann::json evidence_to_json(const Evidence & ev, bool complete);
 /// Writes JSON to path atomically (tmp file + rename). Errors: io_error naming the path.
 Status report_write_atomic(const std::string & path, const nlohmann::json & j);
-/// "%p" in a report path expanded to the pid.
-std::string report_path_expand(const std::string & pattern, int pid);
 /// 16 lowercase hex digits.
 std::string hex64(uint64_t v);
 

@@ -1,5 +1,6 @@
 #include "coordinator/log.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -8,18 +9,22 @@
 
 namespace moezip {
 
-static LogLevel parse_level(const char * s) {
-    if (s == nullptr) return LogLevel::info;
+static LogLevel parse_level(const char * s, LogLevel fallback) {
+    if (s == nullptr || *s == 0) return fallback;
     if (strcmp(s, "error") == 0) return LogLevel::error;
     if (strcmp(s, "warn") == 0) return LogLevel::warn;
     if (strcmp(s, "debug") == 0) return LogLevel::debug;
     return LogLevel::info;
 }
 
+static std::atomic<int> g_default{static_cast<int>(LogLevel::info)};
+
 LogLevel log_level() {
-    static const LogLevel level = parse_level(getenv("MOEZIP_LOG"));
-    return level;
+    static const char * env = getenv("MOEZIP_LOG");
+    return parse_level(env, static_cast<LogLevel>(g_default.load(std::memory_order_relaxed)));
 }
+
+void log_set_default(LogLevel level) { g_default.store(static_cast<int>(level), std::memory_order_relaxed); }
 
 void log_write(LogLevel level, const char * fmt, ...) {
     static const char * names[] = {"error", "warn", "info", "debug"};

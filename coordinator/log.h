@@ -8,8 +8,10 @@ namespace moezip {
 
 enum class LogLevel { error = 0, warn = 1, info = 2, debug = 3 };
 
-/// Current level (from MOEZIP_LOG, read on first use).
+/// Current level: MOEZIP_LOG (read on first use) if set, else what log_set_default() gave, else info.
 LogLevel log_level();
+/// Sets the level used when MOEZIP_LOG is not set (the config's `log` key).
+void log_set_default(LogLevel level);
 /// Writes one line; used by the macros below.
 void log_write(LogLevel level, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -1,2 +1,51 @@
-// placeholder, replaced by the interposition shims
-#include "preload/engine_api.h"
+// moezip: the extern "C" shims that libmoezip.so exports (and only these: preload/exports.map).
+// Each one is a few lines that hand over to the session; no exception crosses into the engine.
+//
+// Interposed entry points (all reached through the PLT of the engine's libraries, see
+// docs/interception.md):
+//   ggml_graph_compute                       CPU variant's graph_compute -> here: MoE regions
+//   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran
+//   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types
+#include "coordinator/log.h"
+#include "preload/session.h"
+
+#include <cstring>
+#include <exception>
+
+#define MOEZIP_EXPORT extern "C" __attribute__((visibility("default")))
+
+MOEZIP_EXPORT enum ggml_status ggml_graph_compute(struct ggml_cgraph * cgraph, struct ggml_cplan * cplan) {
+    try {
+        return moezip::session_graph_compute(cgraph, cplan, __builtin_return_address(0),
+                                             reinterpret_cast<const void *>(&ggml_graph_compute));
+    } catch (const std::exception & e) {
+        LOG_CAPPED(moezip::LogLevel::error, "ggml_graph_compute hook: %s; failing this compute", e.what());
+    } catch (...) {
+        LOG_CAPPED(moezip::LogLevel::error, "ggml_graph_compute hook: unknown exception; failing this compute");
+    }
+    return GGML_STATUS_FAILED;
+}
+
+MOEZIP_EXPORT enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    using Fn = enum ggml_status (*)(ggml_backend_sched_t, struct ggml_cgraph *);
+    static Fn real = reinterpret_cast<Fn>(moezip::session_base_symbol("ggml_backend_sched_graph_compute_async"));
+    if (real == nullptr) return GGML_STATUS_FAILED;
+    try {
+        moezip::session_count_sched_graph();
+    } catch (...) {
+    }
+    return real(sched, graph);
+}
+
+MOEZIP_EXPORT void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name) {
+    using Fn = void * (*)(ggml_backend_reg_t, const char *);
+    static Fn real = reinterpret_cast<Fn>(moezip::session_base_symbol("ggml_backend_reg_get_proc_address"));
+    try {
+        if (name != nullptr && strcmp(name, "ggml_backend_dev_get_extra_bufts") == 0 && moezip::session_hide_extra_bufts()) {
+            LOG_CAPPED(moezip::LogLevel::info, "no_repack: hiding the CPU extra buffer types; expert weights stay in GGUF layout");
+            return nullptr;
+        }
+    } catch (...) {
+    }
+    return real ? real(reg, name) : nullptr;
+}

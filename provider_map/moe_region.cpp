@@ -92,7 +92,7 @@ bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used,
     return true;
 }
 
-bool weight_ok(const ggml_tensor * w, BufferTypeNameFn buft_name, std::string & why) {
+bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, std::string & why) {
     std::string buft = buft_name ? buft_name(w) : std::string();
     if (w->extra != nullptr || buft.find("REPACK") != std::string::npos) {
         why = std::string(w->name) + " is repacked (buffer type " + (buft.empty() ? "?" : buft) +
@@ -114,7 +114,7 @@ bool is_dense_f32(const ggml_tensor * t) {
 }
 
 bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *> & members,
-                 BufferTypeNameFn buft_name) {
+                 const BufferTypeNameFn & buft_name) {
     std::string & why = r.reason;
     if (ln.get("gate_up")) { why = "fused gate_up experts (ffn_moe_gate_up) are not supported"; return false; }
     for (const char * v : {"up_biased", "gate_biased", "down_biased", "gate_up_biased"})
@@ -168,7 +168,7 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
 
 } // namespace
 
-std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, BufferTypeNameFn buft_name) {
+std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, const BufferTypeNameFn & buft_name) {
     std::map<int, LayerNodes> layers;
     std::string what;
     int il = 0;

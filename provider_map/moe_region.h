@@ -23,6 +23,7 @@
 
 #include "ggml.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,12 +50,12 @@ struct MoeRegion {
 
 /// Callback used to ask for a weight tensor's buffer type name (e.g. "CPU", "CPU_REPACK");
 /// returns "" when the tensor has no buffer. Injected so that tests can run without a backend.
-using BufferTypeNameFn = std::string (*)(const ggml_tensor * t);
+using BufferTypeNameFn = std::function<std::string(const ggml_tensor * t)>;
 
 /// Finds every MoE region of a graph given as its node array [n_nodes]. Layers whose nodes are
 /// present but do not match the pattern are returned with dispatchable = false and a reason.
 /// Never throws; never modifies the graph.
-std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, BufferTypeNameFn buft_name);
+std::vector<MoeRegion> moe_regions_find(ggml_tensor * const * nodes, int n_nodes, const BufferTypeNameFn & buft_name);
 
 /// Parses "ffn_moe_<what>-<il>" into what/il; false for other names.
 bool moe_node_name_parse(const char * name, std::string & what, int & il);

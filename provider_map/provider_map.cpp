@@ -4,7 +4,7 @@
 
 namespace moezip {
 
-static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(ggml_type), BufferTypeNameFn buft_name) {
+static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name) {
     WeightInfo w;
     if (t == nullptr) return w;
     w.name = t->name;
@@ -26,7 +26,7 @@ static void hash_weight(XXH3_state_t * st, const WeightInfo & w) {
 }
 
 ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & variant,
-                                  const char * (*type_name)(ggml_type), BufferTypeNameFn buft_name) {
+                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name) {
     ProviderEntry e;
     e.il = r.il;
     e.dispatchable = r.dispatchable;

@@ -50,7 +50,7 @@ struct ProviderEntry {
 /// Builds the entry for a region found in a graph (names/types through the ggml API table given
 /// as plain callbacks so this file stays free of run-time binding).
 ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & variant,
-                                  const char * (*type_name)(ggml_type), BufferTypeNameFn buft_name);
+                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name);
 
 /// Compares a region seen now with the planned entry. Errors: mismatch naming the first field
 /// that differs (variant, weight data/type/shape/buffer, pattern).

@@ -1,0 +1,17 @@
+// moezip: the region handler for a configured mode.
+#pragma once
+
+#include "coordinator/config.h"
+#include "coordinator/region_handler.h"
+#include "preload/engine_api.h"
+
+#include <memory>
+
+namespace moezip {
+
+/// Makes the handler for cfg.mode: observe -> none (out = nullptr), local -> LocalHandler,
+/// rows/experts -> the dispatching handlers. Errors: unsupported for a mode not implemented.
+/// Creates no sockets or threads itself beyond what the mode needs.
+Status handler_make(const Config & cfg, const GgmlApi & api, std::unique_ptr<RegionHandler> & out);
+
+} // namespace moezip

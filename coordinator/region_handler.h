@@ -1,0 +1,37 @@
+// moezip: what computes a MoE region in place of the engine (local executor, row split, expert
+// dispatch). The graph runner calls one handler per region; the handler writes ffn_moe_out.
+#pragma once
+
+#include "coordinator/evidence.h"
+#include "coordinator/status.h"
+#include "provider_map/moe_region.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace moezip {
+
+class RegionHandler {
+public:
+    virtual ~RegionHandler() = default;
+    /// Computes r.out [n_embd, n_tokens] f32 from r.hidden, r.ids and r.weights and adds to the
+    /// layer's counters. On error r.out may be partly written: the caller recomputes the region
+    /// with the engine's own nodes or stops the compute; it never hands a partial output on.
+    virtual Status compute(const MoeRegion & r, LayerCounters & c) = 0;
+    /// Threads for moezip's own compute (the engine's count unless the config sets `threads`).
+    virtual void set_threads(int n_threads) { (void) n_threads; }
+    /// Closes connections and joins threads; called once, early in exit, before any static teardown.
+    virtual void shutdown() {}
+};
+
+/// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights
+/// [n_used, n_tokens] f32, element (s, t) at t*n_used + s. The engine's ids are a strided view of
+/// the argsort result (ggml_argsort_top_k), so they are read through nb[].
+void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights);
+
+/// Pointer to row t of the region's input [n_embd] f32 (rows are nb[2] bytes apart).
+inline const float * region_hidden_row(const MoeRegion & r, int64_t t) {
+    return reinterpret_cast<const float *>(static_cast<const char *>(r.hidden->data) + t * r.hidden->nb[2]);
+}
+
+} // namespace moezip

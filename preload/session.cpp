@@ -1,0 +1,272 @@
+#include "preload/session.h"
+
+#include "coordinator/config.h"
+#include "coordinator/evidence.h"
+#include "coordinator/graph_runner.h"
+#include "coordinator/handler_factory.h"
+#include "coordinator/log.h"
+#include "preload/abi_guard.h"
+#include "preload/engine_api.h"
+#include "preload/engine_locate.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <memory>
+#include <mutex>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+namespace moezip {
+
+namespace {
+
+enum class State { uninit, inert, passthrough, active };
+
+using ComputeFn = ggml_status (*)(ggml_cgraph *, ggml_cplan *);
+
+// The whole per-process state. Allocated once and never destroyed: statics with destructors in a
+// preloaded library run at exit in an order we do not control (see the engine notes).
+struct Session {
+    std::mutex init_mu;
+    bool config_read = false;
+    bool have_config = false;
+    bool config_ok = false;
+    Config cfg;
+    std::atomic<State> state{State::uninit};
+    std::string why_passthrough;
+    int pid = 0;
+
+    GgmlApi api;
+    Evidence ev;
+    std::mutex ev_mu;
+    std::unique_ptr<RegionHandler> handler;
+    std::unique_ptr<GraphRunner> runner;
+    std::string report_path;
+    std::chrono::steady_clock::time_point last_flush;
+
+    std::mutex real_mu;
+    std::vector<std::pair<std::string, ComputeFn>> real_compute;  // caller object path -> its real function
+    std::atomic<uint64_t> sched_graphs{0};
+};
+
+Session & S() {
+    static Session * s = new Session();
+    return *s;
+}
+
+thread_local bool t_in_hook = false;
+
+void at_exit();
+
+// Reads MOEZIP_CONFIG once (cheap, creates nothing). Caller holds init_mu.
+void read_config_locked(Session & s) {
+    if (s.config_read) return;
+    s.config_read = true;
+    s.pid = getpid();
+    const char * path = getenv("MOEZIP_CONFIG");
+    if (path == nullptr || *path == 0) return;
+    s.have_config = true;
+    Status st = config_load_file(path, s.cfg);
+    log_set_default(s.cfg.log);
+    if (!st) {
+        LOG_ERROR("bad config %s", st.message().c_str());
+        if (s.cfg.strict) {
+            LOG_ERROR("strict = true: exiting (status 3)");
+            fflush(nullptr);
+            _exit(3);
+        }
+        LOG_ERROR("running passthrough: the engine computes everything, nothing is distributed");
+        s.why_passthrough = "bad config: " + st.message();
+    } else {
+        s.config_ok = true;
+    }
+    atexit(at_exit);
+}
+
+// The real ggml_graph_compute of the object that called the hook.
+ComputeFn real_compute_for(const void * caller, const void * self_fn) {
+    Session & s = S();
+    std::string path = object_path_of(caller);
+    std::lock_guard<std::mutex> lock(s.real_mu);
+    for (auto & pf : s.real_compute)
+        if (pf.first == path) return pf.second;
+    void * fn = nullptr;
+    if (void * h = loaded_object_handle(path)) fn = dlsym(h, "ggml_graph_compute");
+    // dlsym on the main program's handle searches the global scope, where we come first.
+    if (fn == nullptr || fn == self_fn) fn = dlsym(RTLD_NEXT, "ggml_graph_compute");
+    if (fn == self_fn) fn = nullptr;
+    ComputeFn f = reinterpret_cast<ComputeFn>(fn);
+    if (f != nullptr) s.real_compute.emplace_back(path, f);
+    return f;
+}
+
+Status bind_engine(Session & s, const void * caller, ComputeFn real) {
+    std::string base = loaded_object_path("libggml-base");
+    Status st = ggml_api_bind_base(s.api, loaded_object_handle(base));
+    if (!st) return st;
+    s.ev.ggml_version = s.api.ggml_version();
+    s.ev.ggml_commit = s.api.ggml_commit();
+    st = abi_guard_check(s.api);
+    s.ev.abi_status = st ? "ok" : st.message();
+    if (!st) return st;
+    std::string cpu = object_path_of(caller);
+    st = ggml_api_bind_cpu(s.api, loaded_object_handle(cpu));
+    if (!st) return st;
+    s.api.ggml_graph_compute = real;  // never our own hook, whatever dlsym said
+    BackendVariant & v = s.ev.variant;
+    v.path = cpu;
+    std::string file = cpu.substr(cpu.rfind('/') + 1);
+    v.name = file.rfind("libggml-cpu-", 0) == 0 ? file.substr(12, file.find(".so") - 12) : file;
+    v.build_id = loaded_object_build_id(cpu);
+    v.compute_fn = reinterpret_cast<const void *>(real);
+    return Status::ok();
+}
+
+void init_locked(Session & s, const void * caller, ComputeFn real) {
+    read_config_locked(s);
+    if (!s.have_config) {
+        s.state = State::inert;
+        LOG_INFO("MOEZIP_CONFIG is not set: inactive, the engine runs unchanged");
+        return;
+    }
+    s.ev.config_path = getenv("MOEZIP_CONFIG");
+    s.ev.mode = config_mode_name(s.cfg.mode);
+    s.ev.config_digest = config_digest(s.cfg);
+    s.report_path = config_report_path(s.cfg, s.pid);
+    s.last_flush = std::chrono::steady_clock::now();
+    s.state = State::passthrough;
+    if (!s.config_ok) return;
+    Status st = bind_engine(s, caller, real);
+    if (!st) {
+        s.why_passthrough = st.message();
+        LOG_ERROR("%s: running passthrough (the engine computes everything)", st.message().c_str());
+        return;
+    }
+    if (log_level() >= LogLevel::debug) LOG_DEBUG("resolved config:\n%s", config_describe(s.cfg).c_str());
+    st = handler_make(s.cfg, s.api, s.handler);
+    if (!st) {
+        s.why_passthrough = st.message();
+        LOG_ERROR("%s: running passthrough", st.message().c_str());
+        return;
+    }
+    RunnerOptions opt;
+    opt.handle_regions = s.cfg.mode != ConfigMode::observe;
+    opt.abort_on_mismatch = s.cfg.on_mismatch == MismatchPolicy::abort;
+    opt.abort_on_handler_error = s.cfg.dispatch.on_worker_error == WorkerErrorPolicy::abort;
+    s.runner.reset(new GraphRunner(s.api, s.ev.variant, s.ev, s.ev_mu, s.handler.get(), opt));
+    s.state = State::active;
+    LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
+}
+
+void write_report(Session & s, bool complete) {
+    if (s.report_path.empty() || getpid() != s.pid) return;  // never write another process's report
+    nlohmann::json j;
+    {
+        std::lock_guard<std::mutex> lock(s.ev_mu);
+        s.ev.sched_graphs = s.sched_graphs.load();
+        j = evidence_to_json(s.ev, complete);
+    }
+    j["state"] = s.state == State::active ? "active" : "passthrough";
+    if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
+    Status st = report_write_atomic(s.report_path, j);
+    if (!st) LOG_CAPPED(LogLevel::error, "%s", st.message().c_str());
+}
+
+// require_intercept: a distributed run that quietly bypassed moezip must not look like a success.
+std::string intercept_failure(Session & s) {
+    if (!s.cfg.require_intercept || s.cfg.mode == ConfigMode::observe) return "";
+    std::lock_guard<std::mutex> lock(s.ev_mu);
+    if (s.state != State::active)
+        return "moezip was not active (" + (s.why_passthrough.empty() ? std::string("no graph was intercepted") : s.why_passthrough) + ")";
+    std::string layers;
+    for (const auto & kv : s.ev.layers)
+        if (kv.second.passthrough > 0) layers += (layers.empty() ? "" : ", ") + std::to_string(kv.first);
+    if (!layers.empty())
+        return std::to_string(s.ev.regions_passthrough) + " MoE regions were not handled as configured (layers " + layers + ")";
+    if (s.ev.regions_handled == 0) return "no MoE region was handled";
+    return "";
+}
+
+void at_exit() {
+    Session & s = S();
+    if (getpid() != s.pid) return;
+    if (s.state == State::uninit && s.sched_graphs.load() == 0) return;  // ggml never ran a graph here
+    std::string failure = intercept_failure(s);
+    if (!failure.empty()) {
+        std::lock_guard<std::mutex> lock(s.ev_mu);
+        s.ev.add_error("require_intercept: " + failure);
+    }
+    if (s.state != State::uninit && s.state != State::inert) write_report(s, true);
+    if (s.handler) s.handler->shutdown();
+    if (!failure.empty()) {
+        LOG_ERROR("require_intercept: %s; see %s. The run FAILED (exit status 4).", failure.c_str(),
+                  s.report_path.empty() ? "(no report)" : s.report_path.c_str());
+        fflush(nullptr);
+        _exit(4);
+    }
+}
+
+} // namespace
+
+ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * caller, const void * self_fn) {
+    ComputeFn real = real_compute_for(caller, self_fn);
+    if (real == nullptr) {
+        LOG_CAPPED(LogLevel::error, "cannot find the engine's ggml_graph_compute; failing this compute");
+        return GGML_STATUS_FAILED;
+    }
+    Session & s = S();
+    if (t_in_hook) return real(gf, cplan);
+    {
+        std::lock_guard<std::mutex> lock(s.init_mu);
+        if (s.state == State::uninit) init_locked(s, caller, real);
+    }
+    if (s.state != State::active || getpid() != s.pid) return real(gf, cplan);  // passthrough or forked child
+    if (real != s.api.ggml_graph_compute) {
+        // another backend object than the one planned: its regions are not ours to compute
+        std::lock_guard<std::mutex> lock(s.ev_mu);
+        ++s.ev.identity_failed;
+        s.ev.add_error("a graph was computed by " + object_path_of(caller) + ", not the planned CPU variant");
+        return real(gf, cplan);
+    }
+    t_in_hook = true;
+    if (s.cfg.threads == 0 && s.handler) s.handler->set_threads(cplan->n_threads);
+    ggml_status st = s.runner->compute(gf, cplan);
+    t_in_hook = false;
+    if (s.cfg.report_flush_ms > 0) {
+        auto now = std::chrono::steady_clock::now();
+        if (now - s.last_flush > std::chrono::milliseconds(s.cfg.report_flush_ms)) {
+            s.last_flush = now;
+            write_report(s, false);
+        }
+    }
+    return st;
+}
+
+bool session_hide_extra_bufts() {
+    Session & s = S();
+    std::lock_guard<std::mutex> lock(s.init_mu);
+    read_config_locked(s);
+    return s.config_ok && s.cfg.no_repack;
+}
+
+void session_count_sched_graph() {
+    Session & s = S();
+    s.sched_graphs.fetch_add(1, std::memory_order_relaxed);
+    if (!s.config_read) {
+        std::lock_guard<std::mutex> lock(s.init_mu);
+        read_config_locked(s);
+    }
+}
+
+void * session_base_symbol(const char * name) {
+    static void * base = loaded_object_handle(loaded_object_path("libggml-base"));
+    if (base == nullptr) base = loaded_object_handle(loaded_object_path("libggml-base"));
+    return base ? dlsym(base, name) : nullptr;
+}
+
+} // namespace moezip

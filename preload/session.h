@@ -1,0 +1,31 @@
+// moezip: the preload's one session per process — lazy init at the first graph, the bound engine
+// API, the config, the evidence, and teardown at exit. The extern "C" shims in hooks.cpp call only
+// these functions.
+//
+// Life cycle: nothing is created when the library is loaded. The first ggml_graph_compute call
+// reads MOEZIP_CONFIG, binds the engine, runs the ABI guard and builds the handler for the mode.
+// Without MOEZIP_CONFIG the session is inert (one line on stderr). A failed init leaves it
+// passthrough. At exit the final report is written (only by the process that created the session,
+// never by a forked child) and require_intercept is enforced.
+#pragma once
+
+#include "ggml.h"
+#include "ggml-cpu.h"
+#include "ggml-backend.h"
+
+namespace moezip {
+
+/// Handles one ggml_graph_compute call from the engine. `caller` is the return address of the
+/// hook (inside the CPU backend variant that called it).
+ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * caller, const void * self_fn);
+
+/// true when the config asks to hide the CPU extra buffer types (no_repack = true).
+bool session_hide_extra_bufts();
+
+/// Counts one graph computed by the engine's scheduler (ggml_backend_sched_graph_compute_async).
+void session_count_sched_graph();
+
+/// Resolves a libggml-base function for the shims (nullptr when libggml-base is not loaded).
+void * session_base_symbol(const char * name);
+
+} // namespace moezip
