@@ -71,7 +71,8 @@ struct MsgHeader {
     uint16_t reply;              ///< ReplyKind requested/returned
     uint8_t dtype[kMaxDataFrames];  ///< WireType of each data frame
     uint16_t n_frames;           ///< data frames that follow (0..kMaxDataFrames)
-    uint64_t reserved;           ///< 0; keeps frame_bytes 8-aligned at offset 64
+    uint32_t glu_op;             ///< compute: enum ggml_glu_op of the layer's activation (value of ggml.h's enum)
+    uint32_t reserved;           ///< 0; keeps frame_bytes 8-aligned at offset 64
     uint64_t frame_bytes[kMaxDataFrames];  ///< byte count of each data frame
     uint64_t frame_xxh3[kMaxDataFrames];   ///< XXH3-64 of each data frame
 };
