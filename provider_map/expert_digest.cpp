@@ -1,37 +1,48 @@
 #include "provider_map/expert_digest.h"
 
-#include <algorithm>
+#include <cstring>
 #include <xxhash.h>
 
 namespace moezip {
 
+namespace {
+
+uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+} // namespace
+
 uint64_t expert_slice_digest(const void * slice, size_t bytes) {
-    const size_t sample = std::min<size_t>(256, bytes);
-    const unsigned char * p = static_cast<const unsigned char *>(slice);
-    XXH3_state_t * st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    uint64_t n = bytes;
-    XXH3_64bits_update(st, &n, sizeof n);
-    XXH3_64bits_update(st, p, sample);
-    XXH3_64bits_update(st, p + bytes - sample, sample);
-    uint64_t d = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return d;
+    uint8_t buf[8 + 2 * kExpertDigestSample];
+    const uint64_t n = bytes;
+    memcpy(buf, &n, 8);  // x86-64 is little-endian
+    const size_t take = bytes < kExpertDigestSample ? bytes : kExpertDigestSample;
+    size_t used = 8;
+    if (take > 0) {
+        const uint8_t * p = static_cast<const uint8_t *>(slice);
+        memcpy(buf + used, p, take);
+        used += take;
+        memcpy(buf + used, p + bytes - take, take);
+        used += take;
+    }
+    return XXH3_64bits(buf, used);
 }
 
-static uint64_t rotl(uint64_t v, int r) { return (v << r) | (v >> (64 - r)); }
-
-uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down) {
-    return gate ^ rotl(up, 1) ^ rotl(down, 2);
+uint64_t expert_identity_digest(ExpertSlice gate, ExpertSlice up, ExpertSlice down) {
+    return expert_slice_digest(gate.data, gate.bytes) ^ rotl64(expert_slice_digest(up.data, up.bytes), 1) ^
+           rotl64(expert_slice_digest(down.data, down.bytes), 2);
 }
 
-static uint64_t slice_digest_of(const ggml_tensor * t, int64_t e) {
-    return expert_slice_digest(static_cast<const char *>(t->data) + e * t->nb[2], t->nb[2]);
+ExpertSlice expert_slice_of(const ggml_tensor * exps, int64_t expert) {
+    ExpertSlice s;
+    s.bytes = exps->nb[2];
+    s.data = static_cast<const uint8_t *>(exps->data) + (size_t) expert * exps->nb[2];
+    return s;
 }
 
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
-                                   const ggml_tensor * down_exps, int64_t e) {
-    return expert_identity_digest(slice_digest_of(gate_exps, e), slice_digest_of(up_exps, e), slice_digest_of(down_exps, e));
+                                   const ggml_tensor * down_exps, int64_t expert) {
+    return expert_identity_digest(expert_slice_of(gate_exps, expert), expert_slice_of(up_exps, expert),
+                                  expert_slice_of(down_exps, expert));
 }
 
 } // namespace moezip

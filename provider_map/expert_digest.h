@@ -1,12 +1,19 @@
-// moezip: content identity of one expert's weights, cheap enough to compute on the coordinator.
+// moezip: a cheap identity digest of one expert's weights, computed the same way by a worker (from
+// its own copy of the file) and by the coordinator (from the engine's tensors), so the coordinator
+// can tell that both hold the same expert before sending it any work.
 //
-// A worker must compute with the same weights as the coordinator's engine. Hashing every expert in
-// full would fault in every page of the (memory-mapped) model on the coordinator, defeating the
-// point of leaving experts to workers. So the digest of an expert slice (bytes [e*nb2, (e+1)*nb2) of
-// a `blk.N.ffn_*_exps.weight` tensor, ggml layout) is sampled: XXH3-64 over the slice length and
-// its first and last 256 bytes (two pages touched). It catches another model file, another seed or
-// another quantization with the same shapes; it cannot catch a change confined to the middle of a
-// slice (a file corrupted in place) — the GGUF file itself should be checked for that (sha256).
+// Why sampled, not a full hash: the coordinator checks the digest of every expert a worker serves
+// when it first talks to it. Hashing whole slices would fault in every page of every expert (the
+// engine's weights are mmapped; a 30B MoE model has tens of GB of them) on the coordinator host,
+// which is exactly the memory the distribution is meant to save. So the digest reads the slice's
+// size and its first and last 256 bytes: at most two pages per slice.
+//
+// What it catches: another model file or another random seed with the same shapes (any change of
+// the first or last quantization blocks, which hold scales and values of the first/last rows),
+// another tensor type or shape (the size differs), experts swapped or renumbered.
+// What it misses: a file that differs only in the middle of a slice (a fine-tune touching only
+// some rows, bit rot in the middle). Those would give different results, not detected here; the
+// engine version, CPU variant and tensor shapes are checked separately (hello_ok).
 #pragma once
 
 #include "ggml.h"
@@ -16,16 +23,33 @@
 
 namespace moezip {
 
-/// Sampled XXH3-64 of one expert slice (see above). `slice` points at `bytes` bytes.
+/// Bytes sampled at each end of a slice.
+constexpr size_t kExpertDigestSample = 256;
+
+/// XXH3-64 over (bytes as u64 little-endian, the first min(256, bytes) bytes, the last
+/// min(256, bytes) bytes), concatenated in that order. Reads at most 512 bytes of `slice`.
+/// `slice` may be null when bytes == 0.
 uint64_t expert_slice_digest(const void * slice, size_t bytes);
 
-/// One digest per expert from its gate, up and down slice digests:
-/// gate ^ rotl(up, 1) ^ rotl(down, 2).
-uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down);
+/// One expert's bytes within an `*_exps` tensor: expert e is bytes [e*nb[2], (e+1)*nb[2]) of
+/// `[ne0, ne1, n_expert]` in GGUF layout (ggml.h: nb[2] = nb[1]*ne[1]).
+struct ExpertSlice {
+    const void * data = nullptr;
+    size_t bytes = 0;
+};
 
-/// The identity digest of expert `e` of a layer, from its three expert tensors
-/// (gate/up [n_embd, n_ff, n_expert], down [n_ff, n_embd, n_expert]; slice e at e*nb[2]).
+/// Combines the three slices of one expert:
+///   d(gate) ^ rotl64(d(up), 1) ^ rotl64(d(down), 2),  d = expert_slice_digest.
+/// The rotations keep the result order-dependent (gate and up swapped give another value).
+uint64_t expert_identity_digest(ExpertSlice gate, ExpertSlice up, ExpertSlice down);
+
+/// The slice of `expert` in an `*_exps` tensor [ne0, ne1, n_expert] (reads only data and nb[2]).
+/// The caller checks 0 <= expert < ne[2].
+ExpertSlice expert_slice_of(const ggml_tensor * exps, int64_t expert);
+
+/// expert_identity_digest of `expert` in gate/up [n_embd, n_ff, n_expert] and down
+/// [n_ff, n_embd, n_expert] tensors in GGUF layout (not repacked: a repacked tensor's bytes differ).
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
-                                   const ggml_tensor * down_exps, int64_t e);
+                                   const ggml_tensor * down_exps, int64_t expert);
 
 } // namespace moezip
