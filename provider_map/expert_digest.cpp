@@ -27,22 +27,21 @@ uint64_t expert_slice_digest(const void * slice, size_t bytes) {
     return XXH3_64bits(buf, used);
 }
 
-uint64_t expert_identity_digest(ExpertSlice gate, ExpertSlice up, ExpertSlice down) {
-    return expert_slice_digest(gate.data, gate.bytes) ^ rotl64(expert_slice_digest(up.data, up.bytes), 1) ^
-           rotl64(expert_slice_digest(down.data, down.bytes), 2);
+uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down) {
+    return gate ^ rotl64(up, 1) ^ rotl64(down, 2);
 }
 
-ExpertSlice expert_slice_of(const ggml_tensor * exps, int64_t expert) {
-    ExpertSlice s;
-    s.bytes = exps->nb[2];
-    s.data = static_cast<const uint8_t *>(exps->data) + (size_t) expert * exps->nb[2];
-    return s;
+namespace {
+
+uint64_t slice_digest_of(const ggml_tensor * t, int64_t e) {
+    return expert_slice_digest(static_cast<const uint8_t *>(t->data) + (size_t) e * t->nb[2], t->nb[2]);
 }
+
+} // namespace
 
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
-                                   const ggml_tensor * down_exps, int64_t expert) {
-    return expert_identity_digest(expert_slice_of(gate_exps, expert), expert_slice_of(up_exps, expert),
-                                  expert_slice_of(down_exps, expert));
+                                   const ggml_tensor * down_exps, int64_t e) {
+    return expert_identity_digest(slice_digest_of(gate_exps, e), slice_digest_of(up_exps, e), slice_digest_of(down_exps, e));
 }
 
 } // namespace moezip

@@ -31,25 +31,17 @@ constexpr size_t kExpertDigestSample = 256;
 /// `slice` may be null when bytes == 0.
 uint64_t expert_slice_digest(const void * slice, size_t bytes);
 
-/// One expert's bytes within an `*_exps` tensor: expert e is bytes [e*nb[2], (e+1)*nb[2]) of
-/// `[ne0, ne1, n_expert]` in GGUF layout (ggml.h: nb[2] = nb[1]*ne[1]).
-struct ExpertSlice {
-    const void * data = nullptr;
-    size_t bytes = 0;
-};
-
-/// Combines the three slices of one expert:
-///   d(gate) ^ rotl64(d(up), 1) ^ rotl64(d(down), 2),  d = expert_slice_digest.
+/// Combines the slice digests of one expert's gate, up and down slices:
+///   gate ^ rotl64(up, 1) ^ rotl64(down, 2).
 /// The rotations keep the result order-dependent (gate and up swapped give another value).
-uint64_t expert_identity_digest(ExpertSlice gate, ExpertSlice up, ExpertSlice down);
+uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down);
 
-/// The slice of `expert` in an `*_exps` tensor [ne0, ne1, n_expert] (reads only data and nb[2]).
-/// The caller checks 0 <= expert < ne[2].
-ExpertSlice expert_slice_of(const ggml_tensor * exps, int64_t expert);
-
-/// expert_identity_digest of `expert` in gate/up [n_embd, n_ff, n_expert] and down
-/// [n_ff, n_embd, n_expert] tensors in GGUF layout (not repacked: a repacked tensor's bytes differ).
+/// The identity digest of expert `e` of a layer from its three `*_exps` tensors in GGUF layout
+/// (gate/up [n_embd, n_ff, n_expert], down [n_ff, n_embd, n_expert]); slice e is bytes
+/// [e*nb[2], (e+1)*nb[2]) of each (ggml.h: nb[2] = nb[1]*ne[1]). Reads only data and nb[2], and at
+/// most 512 bytes per tensor. A repacked tensor (CPU_REPACK) has other bytes and another digest.
+/// The caller checks 0 <= e < ne[2].
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
-                                   const ggml_tensor * down_exps, int64_t expert);
+                                   const ggml_tensor * down_exps, int64_t e);
 
 } // namespace moezip
