@@ -75,6 +75,12 @@ void GraphRunner::record_logits(ggml_cgraph * gf) {
     }
 }
 
+nlohmann::json GraphRunner::workers_json() {
+    if (handler_ == nullptr) return nlohmann::json::array();
+    std::lock_guard<std::mutex> hl(handler_mu_);
+    return handler_->workers_json();
+}
+
 ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     std::vector<MoeRegion> regions = moe_regions_find(gf->nodes, gf->n_nodes, buft);
@@ -98,7 +104,11 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
         auto t0 = std::chrono::steady_clock::now();
         LayerCounters delta;
         // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
-        Status st = r.n_tokens > 0 ? handler_->compute(r, delta) : Status::ok();
+        Status st = Status::ok();
+        if (r.n_tokens > 0) {
+            std::lock_guard<std::mutex> hl(handler_mu_);
+            st = handler_->compute(r, delta);
+        }
         double ms = ms_since(t0);
         std::unique_lock<std::mutex> lock(mu_);
         LayerCounters & c = ev_.layers[r.il];

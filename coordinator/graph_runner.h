@@ -37,6 +37,9 @@ public:
     /// Returns the engine's status, or GGML_STATUS_FAILED after a fatal moezip error (logged).
     ggml_status compute(ggml_cgraph * gf, ggml_cplan * cplan);
 
+    /// The handler's per-worker evidence (locks the handler against a concurrent compute).
+    nlohmann::json workers_json();
+
 private:
     ggml_status compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int i0, int i1);
     /// Plans or checks each region; returns false when the compute must fail (mismatch + abort).
@@ -50,6 +53,7 @@ private:
     std::mutex & mu_;
     RegionHandler * handler_;
     RunnerOptions opt_;
+    std::mutex handler_mu_;  // handlers are not thread-safe; node may decode from two threads
 };
 
 } // namespace moezip

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "coordinator/config.h"
+#include "coordinator/dispatcher.h"
 #include "coordinator/region_handler.h"
 #include "preload/engine_api.h"
 
@@ -12,6 +13,7 @@ namespace moezip {
 /// Makes the handler for cfg.mode: observe -> none (out = nullptr), local -> LocalHandler,
 /// rows/experts -> the dispatching handlers. Errors: unsupported for a mode not implemented.
 /// Creates no sockets or threads itself beyond what the mode needs.
-Status handler_make(const Config & cfg, const GgmlApi & api, std::unique_ptr<RegionHandler> & out);
+/// `self` identifies this host to workers (ggml commit, CPU variant).
+Status handler_make(const Config & cfg, const GgmlApi & api, const EngineIdentity & self, std::unique_ptr<RegionHandler> & out);
 
 } // namespace moezip

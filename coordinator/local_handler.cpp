@@ -4,15 +4,6 @@
 
 namespace moezip {
 
-ExpertWeights region_expert_weights(const MoeRegion & r) {
-    ExpertWeights w;
-    w.gate_exps = r.gate_exps;
-    w.up_exps = r.up_exps;
-    w.down_exps = r.down_exps;
-    w.glu_op = r.glu_op;
-    return w;
-}
-
 Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
     auto t0 = std::chrono::steady_clock::now();
     region_gather_routing(r, ids_, weights_);

@@ -22,7 +22,4 @@ private:
     std::vector<float> slots_;  // [n_embd, n_used, n_tokens]
 };
 
-/// The expert weights of a region as the executor wants them.
-ExpertWeights region_expert_weights(const MoeRegion & r);
-
 } // namespace moezip

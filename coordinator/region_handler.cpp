@@ -17,4 +17,13 @@ void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std:
     }
 }
 
+ExpertWeights region_expert_weights(const MoeRegion & r) {
+    ExpertWeights w;
+    w.gate_exps = r.gate_exps;
+    w.up_exps = r.up_exps;
+    w.down_exps = r.down_exps;
+    w.glu_op = r.glu_op;
+    return w;
+}
+
 } // namespace moezip

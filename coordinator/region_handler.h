@@ -3,6 +3,7 @@
 #pragma once
 
 #include "coordinator/evidence.h"
+#include "coordinator/moe_exec.h"
 #include "coordinator/status.h"
 #include "provider_map/moe_region.h"
 
@@ -22,12 +23,17 @@ public:
     virtual void set_threads(int n_threads) { (void) n_threads; }
     /// Closes connections and joins threads; called once, early in exit, before any static teardown.
     virtual void shutdown() {}
+    /// Per-worker evidence for the report (an empty array when there are no workers).
+    virtual nlohmann::json workers_json() const { return nlohmann::json::array(); }
 };
 
 /// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights
 /// [n_used, n_tokens] f32, element (s, t) at t*n_used + s. The engine's ids are a strided view of
 /// the argsort result (ggml_argsort_top_k), so they are read through nb[].
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights);
+
+/// The expert weights of a region as the executor wants them.
+ExpertWeights region_expert_weights(const MoeRegion & r);
 
 /// Pointer to row t of the region's input [n_embd] f32 (rows are nb[2] bytes apart).
 inline const float * region_hidden_row(const MoeRegion & r, int64_t t) {

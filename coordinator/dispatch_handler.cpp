@@ -1,0 +1,126 @@
+#include "coordinator/dispatch_handler.h"
+
+#include "coordinator/log.h"
+#include "coordinator/split.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace moezip {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+} // namespace
+
+nlohmann::json DispatchHandler::workers_json() const {
+    nlohmann::json j = disp_.stats_json();
+    if (shadow_calls_ > 0) {
+        j.push_back({{"shadow", {{"calls", shadow_calls_}, {"max_abs_err", shadow_max_abs_}, {"min_cosine", shadow_min_cos_}}}});
+    }
+    return j;
+}
+
+void DispatchHandler::gather_hidden(const MoeRegion & r) {
+    const int64_t n = r.n_tokens, E = r.n_embd;
+    hidden_.resize((size_t) (n * E));
+    for (int64_t t = 0; t < n; ++t) memcpy(&hidden_[t * E], region_hidden_row(r, t), E * sizeof(float));
+}
+
+Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {
+    if (count == 0) return Status::ok();
+    const int64_t k = r.n_used, E = r.n_embd;
+    SlotBatch b;
+    b.n_rows = count;
+    b.k = k;
+    b.hidden = region_hidden_row(r, first);
+    b.hidden_stride = r.hidden->nb[2];
+    b.ids = ids_.data() + first * k;
+    b.weights = weights_.data() + first * k;
+    slots_.resize((size_t) (E * k * count));
+    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, slots_.data());
+    if (st) moe_sum_slots(slots_.data(), E, k, count, static_cast<float *>(r.out->data) + first * E);
+    return st;
+}
+
+Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    auto t0 = std::chrono::steady_clock::now();
+    region_gather_routing(r, ids_, weights_);
+    if (n < cfg_.rows.min_rows || disp_.n_workers() == 0) {
+        Status st = compute_rows_here(r, 0, n);
+        c.local_rows += n;
+        c.local_slots += n * k;
+        c.ms_local += ms_between(t0, std::chrono::steady_clock::now());
+        return st;
+    }
+    std::vector<double> shares = {cfg_.rows.local_share};
+    for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
+    std::vector<RowBlock> blocks = split_rows(n, shares);
+    gather_hidden(r);
+
+    // 1. requests out first, so the workers compute while this host does its own rows
+    std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id
+    std::vector<size_t> here;                          // workers whose rows this host computes
+    for (size_t w = 0; w < disp_.n_workers(); ++w) {
+        const RowBlock & b = blocks[w + 1];
+        if (b.count == 0) continue;
+        if (!disp_.usable(w, r)) { here.push_back(w); continue; }
+        MsgHeader h = msg_header_make(MsgKind::compute);
+        h.request_id = disp_.next_request_id();
+        h.layer = r.il; h.n_embd = (int32_t) E; h.n_ff = (int32_t) r.n_ff; h.n_used = (int32_t) k;
+        h.n_rows = (int32_t) b.count; h.row_offset = (int32_t) b.first;
+        h.reply = static_cast<uint16_t>(ReplyKind::row_sums);
+        h.glu_op = (uint32_t) r.glu_op;
+        Status st = disp_.link(w).send(h, {{WireType::f32, {&hidden_[b.first * E], (size_t) (b.count * E) * sizeof(float)}},
+                                           {WireType::i32, {&ids_[b.first * k], (size_t) (b.count * k) * sizeof(int32_t)}},
+                                           {WireType::f32, {&weights_[b.first * k], (size_t) (b.count * k) * sizeof(float)}}},
+                                       disp_.fault_corrupt_request());
+        if (!st) { disp_.mark_failed(w, st); here.push_back(w); continue; }
+        pending.push_back({w, h.request_id});
+    }
+    // 2. this host's rows
+    Status st = compute_rows_here(r, blocks[0].first, blocks[0].count);
+    if (!st) return st;
+    c.local_rows += blocks[0].count;
+    c.local_slots += blocks[0].count * k;
+    auto t_local = std::chrono::steady_clock::now();
+    c.ms_local += ms_between(t0, t_local);
+    // 3. results land in their original row positions
+    float * out = static_cast<float *>(r.out->data);
+    for (auto & p : pending) {
+        const RowBlock & b = blocks[p.first + 1];
+        WorkerLink & link = disp_.link(p.first);
+        MsgHeader rh;
+        zmq::message_t data;
+        Status rs = link.recv(p.second, rh, data);
+        if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||
+                   data.size() != (size_t) (b.count * E) * sizeof(float)))
+            rs = Status::corruption(link.endpoint() + ": result does not match the request");
+        if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
+        memcpy(out + b.first * E, data.data(), data.size());
+        link.stats().rows += b.count;
+        link.stats().pairs += b.count * k;
+        c.remote_rows += b.count;
+        c.remote_slots += b.count * k;
+    }
+    c.ms_wait += ms_between(t_local, std::chrono::steady_clock::now());
+    // 4. a failed worker's rows: here, or stop
+    for (size_t w : here) {
+        const RowBlock & b = blocks[w + 1];
+        if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
+            return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
+        st = compute_rows_here(r, b.first, b.count);
+        if (!st) return st;
+        disp_.count_fallback(w);
+        c.fallbacks += 1;
+        c.local_rows += b.count;
+        c.local_slots += b.count * k;
+    }
+    return Status::ok();
+}
+
+} // namespace moezip

@@ -1,0 +1,71 @@
+// moezip: the distributing region handlers.
+//
+// rows    — a region's token rows are split by share between this host and the workers; each host
+//           computes whole rows (all their slots, slot-order sum), so every row is bit-identical to
+//           the engine's. Regions with fewer than min_rows rows (decode) are computed here.
+// experts — each host owns a set of experts; a worker receives only the rows that selected one of
+//           its experts, with those slots' ids and weights (other slots -1). combine = "exact": it
+//           returns weighted per-slot outputs and this host adds all slots in slot order (the
+//           engine's order, bit-identical); combine = "partial": it returns per-row partial sums
+//           (fewer bytes, not bit-identical; shadow_every = N recomputes every Nth call here and
+//           records max-abs error and cosine). Decode (1 row) is distributed too.
+// In both, requests go out before the local part is computed (overlap), and a failed worker's part
+// is computed here (on_worker_error = "local") or the compute fails ("abort").
+#pragma once
+
+#include "coordinator/dispatcher.h"
+#include "coordinator/region_handler.h"
+
+#include <memory>
+
+namespace moezip {
+
+/// Base: owns the dispatcher, the local executor and the report of workers.
+class DispatchHandler : public RegionHandler {
+public:
+    DispatchHandler(const Config & cfg, const GgmlApi & api, EngineIdentity self)
+        : cfg_(cfg), disp_(cfg, api, std::move(self)) {}
+    void set_threads(int n_threads) override { disp_.executor().set_threads(n_threads); }
+    void shutdown() override { disp_.shutdown(); }
+    nlohmann::json workers_json() const override;
+
+protected:
+    /// Computes rows [first, first+count) of r here: all slots, slot-order sum into r.out.
+    Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
+    /// Copies rows of the region's input into hidden_ (contiguous [n_embd, n_rows]).
+    void gather_hidden(const MoeRegion & r);
+
+    const Config & cfg_;
+    Dispatcher disp_;
+    std::vector<int32_t> ids_;
+    std::vector<float> weights_;
+    std::vector<float> hidden_;
+    std::vector<float> slots_;
+    // shadow checks of the partial combine
+    uint64_t shadow_calls_ = 0;
+    double shadow_max_abs_ = 0, shadow_min_cos_ = 1;
+};
+
+class RowsHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+};
+
+class ExpertsHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+
+private:
+    struct Part;  // one worker's request of one call
+    Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
+    Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
+    void shadow_check(const MoeRegion & r);
+    std::vector<int> owners_;
+    uint64_t partial_calls_ = 0;
+    std::vector<float> pair_hidden_, pair_weights_, pair_out_, shadow_out_;
+    std::vector<int32_t> pair_ids_;
+};
+
+} // namespace moezip
