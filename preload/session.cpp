@@ -148,7 +148,7 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
         return;
     }
     if (log_level() >= LogLevel::debug) LOG_DEBUG("resolved config:\n%s", config_describe(s.cfg).c_str());
-    st = handler_make(s.cfg, s.api, s.handler);
+    st = handler_make(s.cfg, s.api, EngineIdentity{s.ev.ggml_commit, s.ev.variant}, s.handler);
     if (!st) {
         s.why_passthrough = st.message();
         LOG_ERROR("%s: running passthrough", st.message().c_str());
@@ -171,6 +171,7 @@ void write_report(Session & s, bool complete) {
         s.ev.sched_graphs = s.sched_graphs.load();
         j = evidence_to_json(s.ev, complete);
     }
+    if (s.runner) j["workers"] = s.runner->workers_json();
     j["state"] = s.state == State::active ? "active" : "passthrough";
     if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
     Status st = report_write_atomic(s.report_path, j);
