@@ -64,8 +64,10 @@ $(PRELOAD_LIB): $(PRELOAD_SHIMS:%.cpp=$(BUILD)/obj/%.o) $(CORE_LIB) preload/expo
 	$(CXX) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
 	  -Wl,--version-script=preload/exports.map -Wl,--no-undefined -static-libstdc++ -static-libgcc $(SYS_LIBS)
 
+# objects of tools/<name>/*.cpp (a function, so that its % is not taken for the rule's stem)
+tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp))
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $$(patsubst %.cpp,$(BUILD)/obj/%.o,$$(wildcard tools/%/*.cpp)) $(CORE_LIB)
+$(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
 

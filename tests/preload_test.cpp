@@ -1,0 +1,199 @@
+// libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
+// logits bit for bit on every weight type, and the report must show every MoE region intercepted.
+#include "tests/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+std::string write_config(const std::string & dir, const std::string & name, const std::string & text) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+json load_json(const std::string & path) {
+    json j = json::parse(read_file(path), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
+    return j;
+}
+
+// Runs moezip-run on `model` (64-token fixture prompt, ubatch 32, 32 decode steps) under the preload.
+CommandResult run_hooked(const std::string & model, const std::string & config, const std::string & json_out,
+                         std::map<std::string, std::string> env = {}) {
+    env["LD_PRELOAD"] = preload_path();
+    env["MOEZIP_CONFIG"] = config;
+    return run_command({bin_path("moezip-run"), "-m", model, "--fixture", "64", "-b", "32", "-n", "32", "--no-repack",
+                        "--quiet", "--json", json_out}, env);
+}
+
+struct ModelCase {
+    const char * preset;
+    const char * type;
+};
+
+class ObserveVsLocal : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(ObserveVsLocal, LogitsBitIdenticalAndEveryRegionIntercepted) {
+    const ModelCase mc = GetParam();
+    std::string model = fixture_model({"--preset", mc.preset, "--type", mc.type});
+    ASSERT_FALSE(model.empty());
+    std::string dir = test_dir(std::string("observe_vs_local_") + mc.type);
+    std::string obs_cfg = write_config(dir, "observe.toml", "mode = \"observe\"\nno_repack = true\nreport = \"" + dir + "/observe.json\"\n");
+    std::string loc_cfg = write_config(dir, "local.toml",
+        "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/local.json\"\n");
+
+    CommandResult o = run_hooked(model, obs_cfg, dir + "/observe-run.json");
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    CommandResult l = run_hooked(model, loc_cfg, dir + "/local-run.json");
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/observe.json", dir + "/local.json"});
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.out << cmp.err;
+
+    json obs = load_json(dir + "/observe.json"), loc = load_json(dir + "/local.json");
+    // 2 prefill ubatches + 31 decode graphs each produce logits
+    EXPECT_EQ(obs["logits"]["count"], 33);
+    EXPECT_EQ(obs["logits"]["chain_xxh3"], loc["logits"]["chain_xxh3"]);
+    EXPECT_EQ(loc["state"], "active");
+    ASSERT_EQ(loc["provider_map"].size(), 2u);
+    for (const auto & p : loc["provider_map"]) {
+        EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
+        EXPECT_EQ(p["weights"][0]["type"], mc.type);
+        EXPECT_FALSE(p["weights"][0]["repacked"].get<bool>());
+    }
+    // calls = MoE layers x graphs: every layer handled in each of the 33 graphs, none left to the engine
+    for (const auto & layer : loc["layers"]) {
+        EXPECT_EQ(layer["calls"], 33) << layer.dump();
+        EXPECT_EQ(layer["passthrough"], 0) << layer.dump();
+    }
+    EXPECT_EQ(loc["checks"]["identity_failed"], 0);
+    EXPECT_EQ(loc["checks"]["regions_passthrough"], 0);
+    EXPECT_EQ(loc["checks"]["regions_handled"], 66);
+    // and the host's own view: same tokens, same per-step logits hashes
+    json orun = load_json(dir + "/observe-run.json"), lrun = load_json(dir + "/local-run.json");
+    EXPECT_EQ(orun["tokens"], lrun["tokens"]);
+    EXPECT_EQ(orun["logits_xxh3"], lrun["logits_xxh3"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(WeightTypes, ObserveVsLocal,
+                         ::testing::Values(ModelCase{"tiny", "f32"}, ModelCase{"tiny", "f16"}, ModelCase{"tiny", "q8_0"},
+                                           ModelCase{"small", "q4_K"}, ModelCase{"small", "q6_K"}),
+                         [](const ::testing::TestParamInfo<ModelCase> & i) { return std::string(i.param.type); });
+
+TEST(Preload, HookedRunEqualsUnhookedRun) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("hooked_vs_unhooked");
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult plain = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "64", "-b", "32", "-n", "32",
+                                       "--no-repack", "--quiet", "--json", dir + "/plain.json"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult hooked = run_hooked(model, cfg, dir + "/hooked.json");
+    ASSERT_EQ(hooked.exit_code, 0) << hooked.err;
+    EXPECT_EQ(load_json(dir + "/plain.json")["logits_xxh3"], load_json(dir + "/hooked.json")["logits_xxh3"]);
+}
+
+TEST(Preload, RepackedWeightsAreNotDispatchableAndRequireInterceptFailsLoudly) {
+    std::string model = fixture_model({"--preset", "small", "--type", "q4_K"});
+    std::string dir = test_dir("repacked");
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_NE(r.err.find("require_intercept"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("layers 0, 1"), std::string::npos) << r.err;
+    json rep = load_json(dir + "/r.json");
+    for (const auto & p : rep["provider_map"]) {
+        EXPECT_FALSE(p["dispatchable"].get<bool>());
+        EXPECT_NE(p["reason"].get<std::string>().find("repacked"), std::string::npos);
+    }
+}
+
+TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
+    std::string model = fixture_model({"--preset", "small", "--type", "q4_K"});
+    std::string dir = test_dir("no_repack_config");
+    // no --no-repack on the host: the config alone hides the extra buffer types
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    json rep = load_json(dir + "/r.json");
+    for (const auto & p : rep["provider_map"]) EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
+}
+
+TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("abi_mismatch");
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult plain = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
+                                       "--quiet", "--json", dir + "/plain.json"});
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
+                                   "--quiet", "--json", dir + "/hooked.json"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+    EXPECT_NE(r.err.find("moezip was built for ggml 0.23.0 (0000000)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
+    EXPECT_EQ(r.exit_code, 4) << "require_intercept must fail a run that bypassed moezip: " << r.err;
+    // the engine's own result is untouched
+    EXPECT_EQ(load_json(dir + "/plain.json")["tokens"], load_json(dir + "/hooked.json")["tokens"]);
+    EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find("loaded ggml 0.23.0 (5b4ebc5)"), 0u);
+}
+
+TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("bad_config");
+    std::string cfg = write_config(dir, "bad.toml", "mode = \"local\"\nno_repak = true\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no_repak"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
+}
+
+TEST(Preload, StrictBadConfigExitsWithStatus3) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("strict_config");
+    std::string cfg = write_config(dir, "bad.toml", "strict = true\nmode = \"sideways\"\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("mode"), std::string::npos) << r.err;
+}
+
+TEST(Preload, WithoutConfigItIsInertAndSaysSoOnce) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", ""}});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    size_t first = r.err.find("MOEZIP_CONFIG is not set");
+    ASSERT_NE(first, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("MOEZIP_CONFIG is not set", first + 1), std::string::npos) << "said more than once: " << r.err;
+}
+
+TEST(Preload, ExportsOnlyTheHookedSymbols) {
+    CommandResult r = run_command({"nm", "-D", "--defined-only", preload_path()});
+    ASSERT_EQ(r.exit_code, 0);
+    std::string syms;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+        std::string name = line.substr(line.rfind(' ') + 1);
+        if (line.find(" T ") != std::string::npos || line.find(" W ") != std::string::npos || line.find(" D ") != std::string::npos ||
+            line.find(" B ") != std::string::npos)
+            syms += name + " ";
+    }
+    EXPECT_EQ(syms, "ggml_backend_reg_get_proc_address ggml_backend_sched_graph_compute_async ggml_graph_compute ");
+    CommandResult dyn = run_command({"readelf", "-d", preload_path()});
+    ASSERT_EQ(dyn.exit_code, 0);
+    EXPECT_EQ(dyn.out.find("ggml"), std::string::npos) << "no link-time dependency on ggml: " << dyn.out;
+    EXPECT_EQ(dyn.out.find("libstdc++"), std::string::npos) << "libstdc++ is linked statically and hidden: " << dyn.out;
+}
+
+} // namespace
