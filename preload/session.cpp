@@ -189,6 +189,14 @@ std::string intercept_failure(Session & s) {
         if (kv.second.passthrough > 0) layers += (layers.empty() ? "" : ", ") + std::to_string(kv.first);
     if (!layers.empty())
         return std::to_string(s.ev.regions_passthrough) + " MoE regions were not handled as configured (layers " + layers + ")";
+    uint64_t fallbacks = 0;
+    for (const auto & kv : s.ev.layers) {
+        fallbacks += kv.second.fallbacks;
+        if (kv.second.fallbacks > 0) layers += (layers.empty() ? "" : ", ") + std::to_string(kv.first);
+    }
+    if (fallbacks > 0)
+        return std::to_string(fallbacks) + " worker parts were computed on this host after worker errors (layers " + layers +
+               "): the run was not distributed as configured";
     if (s.ev.regions_handled == 0) return "no MoE region was handled";
     return "";
 }
