@@ -1,0 +1,221 @@
+// Distributed runs under the unmodified host (moezip-run + LD_PRELOAD) with real moezip-worker
+// processes on loopback: every mode must give the single-node logits bit for bit, and faults
+// (corrupted frames, a worker dying mid-run) must be detected and handled per policy.
+#include "tests/test_support.h"
+#include "tests/worker_harness.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <memory>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+json load_json(const std::string & path) {
+    json j = json::parse(read_file(path), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
+    return j;
+}
+
+std::string upcycled_stories(int n_expert, int n_used) {
+    const std::string src = shared_dir() + "/fixtures/stories260K.gguf";
+    EXPECT_EQ(sha256_file(src), "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d")
+        << "wrong or missing " << src << " (see ../shared/fixtures/SOURCES.md)";
+    std::string out = build_dir() + "/fixtures/stories260K-moe" + std::to_string(n_expert) + "top" + std::to_string(n_used) + ".gguf";
+    if (sha256_file(out).empty()) {
+        run_command({"/bin/mkdir", "-p", build_dir() + "/fixtures"});
+        CommandResult r = run_command({bin_path("moezip-upcycle"), "-i", src, "-o", out, "--n-expert", std::to_string(n_expert),
+                                       "--n-expert-used", std::to_string(n_used)});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    return out;
+}
+
+/// One distributed scenario: workers to start, config text (without report), and the model.
+struct Cluster {
+    std::string dir;
+    std::vector<std::unique_ptr<WorkerProcess>> workers;
+
+    bool start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
+                      const std::map<std::string, std::string> & env = {}) {
+        std::vector<std::string> args = {"--model", model, "--bind", endpoint, "--threads", "1"};
+        if (!experts.empty()) { args.push_back("--experts"); args.push_back(experts); }
+        workers.emplace_back(new WorkerProcess());
+        bool ok = workers.back()->start(args, dir, env);
+        EXPECT_TRUE(ok) << workers.back()->error();
+        return ok;
+    }
+};
+
+/// Runs the host on `model` with `config_body` (+ report path); returns the exit result.
+CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model,
+                       const std::string & config_body, const std::vector<std::string> & prompt,
+                       const std::map<std::string, std::string> & extra_env = {}) {
+    std::string cfg = dir + "/" + name + ".toml";
+    std::ofstream(cfg) << "no_repack = true\nreport = \"" << dir << "/" << name << ".json\"\n" << config_body;
+    std::map<std::string, std::string> env = extra_env;
+    env["LD_PRELOAD"] = preload_path();
+    env["MOEZIP_CONFIG"] = cfg;
+    std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", "32", "-b", "512", "--quiet", "--no-repack",
+                                     "--json", dir + "/" + name + "-run.json"};
+    argv.insert(argv.end(), prompt.begin(), prompt.end());
+    return run_command(argv, env);
+}
+
+void expect_same_logits(const std::string & dir, const std::string & a, const std::string & b) {
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/" + a + ".json", dir + "/" + b + ".json"});
+    EXPECT_EQ(cmp.exit_code, 0) << a << " vs " << b << ": " << cmp.out << cmp.err;
+    EXPECT_EQ(load_json(dir + "/" + a + "-run.json")["tokens"], load_json(dir + "/" + b + "-run.json")["tokens"]);
+}
+
+uint64_t sum_layers(const json & rep, const char * key) {
+    uint64_t s = 0;
+    for (const auto & l : rep["layers"]) s += l[key].get<uint64_t>();
+    return s;
+}
+
+const std::vector<std::string> kPrompt128 = {"--fixture", "128"};
+
+struct TypeCase { const char * preset; const char * type; };
+
+class DistributedModes : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
+    const TypeCase tc = GetParam();
+    std::string model = fixture_model({"--preset", tc.preset, "--type", tc.type});
+    ASSERT_FALSE(model.empty());
+    Cluster c{test_dir(std::string("distributed_") + tc.type), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", ""));           // all experts
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", ""));           // all experts
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/e0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/e1.sock", "4-7"));
+    const std::string w0 = c.workers[0]->endpoint(), w1 = c.workers[1]->endpoint();
+    const std::string e0 = c.workers[2]->endpoint(), e1 = c.workers[3]->endpoint();
+
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+
+    const std::string strict = "require_intercept = true\n";
+    struct Mode { const char * name; std::string body; };
+    std::vector<Mode> modes = {
+        {"rows_50_50", strict + "mode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" + w0 + "\"\nshare = 0.5\n"},
+        {"rows_78_22", strict + "mode = \"rows\"\n[rows]\nlocal_share = 0.78\n[[worker]]\nendpoint = \"" + w0 +
+                           "\"\nshare = 0.11\n[[worker]]\nendpoint = \"" + w1 + "\"\nshare = 0.11\n"},
+        {"experts_two_ways", strict + "mode = \"experts\"\n[[worker]]\nendpoint = \"" + e0 + "\"\nexperts = \"0-3\"\n"
+                             "[[worker]]\nendpoint = \"" + e1 + "\"\nexperts = \"4-7\"\n"},
+        {"experts_coordinator_owns_part", strict + "mode = \"experts\"\n[experts]\nlocal = \"0-1\"\n[[worker]]\nendpoint = \"" + e0 +
+                                          "\"\nexperts = \"2-3\"\n[[worker]]\nendpoint = \"" + e1 + "\"\nexperts = \"4-7\"\n"},
+    };
+    for (const Mode & m : modes) {
+        CommandResult r = run_host(c.dir, m.name, model, m.body, kPrompt128);
+        ASSERT_EQ(r.exit_code, 0) << m.name << ": " << r.err;
+        expect_same_logits(c.dir, "single", m.name);
+        json rep = load_json(c.dir + "/" + m.name + ".json");
+        EXPECT_GT(sum_layers(rep, "remote_slots"), 0u) << m.name << " sent nothing to its workers";
+        EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << m.name;
+        EXPECT_EQ(rep["checks"]["identity_failed"], 0) << m.name;
+        for (const auto & w : rep["workers"]) {
+            if (!w.contains("endpoint")) continue;
+            EXPECT_EQ(w["hash_failed"], 0) << m.name;
+            EXPECT_EQ(w["errors"], 0) << m.name;
+            EXPECT_EQ(w["refused"], "") << m.name;
+        }
+    }
+    // rows mode: decode (1 row < min_rows) stays local and is counted; prefill rows went out
+    json rows = load_json(c.dir + "/rows_50_50.json");
+    for (const auto & l : rows["layers"]) {
+        EXPECT_GE(l["local_rows"].get<int>(), 31) << "decode rows must run locally: " << l.dump();
+    }
+    EXPECT_EQ(rows["layers"][0]["remote_rows"], 64);  // half of the 128 prefill rows of layer 0
+    // experts mode: decode is distributed too
+    json ex = load_json(c.dir + "/experts_two_ways.json");
+    EXPECT_EQ(ex["layers"][0]["local_slots"], 0);
+    EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
+}
+
+INSTANTIATE_TEST_SUITE_P(WeightTypes, DistributedModes,
+                         ::testing::Values(TypeCase{"tiny", "f32"}, TypeCase{"tiny", "f16"}, TypeCase{"tiny", "q8_0"},
+                                           TypeCase{"small", "q4_K"}),
+                         [](const ::testing::TestParamInfo<TypeCase> & i) { return std::string(i.param.type); });
+
+TEST(Distributed, UpcycledRealModelOverTcpEqualsSingleNode) {
+    std::string model = upcycled_stories(8, 2);
+    Cluster c{test_dir("distributed_stories"), {}};
+    ASSERT_TRUE(c.start_worker(model, "tcp://127.0.0.1:*", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "tcp://127.0.0.1:*", "4-7"));
+    std::vector<std::string> prompt = {"-p", "Once upon a time"};
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", prompt);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    std::string body = "require_intercept = true\nmode = \"experts\"\n[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() +
+                       "\"\nexperts = \"0-3\"\n[[worker]]\nendpoint = \"" + c.workers[1]->endpoint() + "\"\nexperts = \"4-7\"\n";
+    CommandResult dist = run_host(c.dir, "experts", model, body, prompt);
+    ASSERT_EQ(dist.exit_code, 0) << dist.err;
+    expect_same_logits(c.dir, "single", "experts");
+    EXPECT_EQ(load_json(c.dir + "/experts.json")["provider_map"].size(), 5u);  // all 5 layers of stories260K
+    std::string rows = "require_intercept = true\nmode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
+                       c.workers[0]->endpoint() + "\"\nshare = 0.5\n";
+    // a worker serving half the experts cannot take whole rows: it is refused, and require_intercept fails the run
+    CommandResult refused = run_host(c.dir, "rows_refused", model, rows, prompt);
+    EXPECT_EQ(refused.exit_code, 4) << refused.err;
+    EXPECT_NE(refused.err.find("does not serve expert 4"), std::string::npos) << refused.err;
+    expect_same_logits(c.dir, "single", "rows_refused");  // and still the correct output
+}
+
+TEST(Distributed, CorruptedFrameIsDetectedAndComputedHereWithPolicyLocal) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("distributed_corrupt"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    std::string body = "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[dispatch]\non_worker_error = \"local\"\n"
+                       "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n";
+    CommandResult r = run_host(c.dir, "corrupt", model, body, kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_request"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("bad_hash"), std::string::npos) << "the worker must report the corrupted frame: " << r.err;
+    expect_same_logits(c.dir, "single", "corrupt");
+    json rep = load_json(c.dir + "/corrupt.json");
+    EXPECT_GT(sum_layers(rep, "fallbacks"), 0u);
+    EXPECT_GT(rep["workers"][0]["errors"].get<int>(), 0);
+    // the worker counted the bad hashes and kept serving
+    EXPECT_EQ(c.workers[0]->stop(SIGTERM, 5000), 0);
+    EXPECT_NE(c.workers[0]->stderr_text().find("bad_hash"), std::string::npos) << c.workers[0]->stderr_text();
+}
+
+TEST(Distributed, CorruptedFrameStopsTheComputeWithPolicyAbort) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("distributed_corrupt_abort"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    std::string body = "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[dispatch]\non_worker_error = \"abort\"\n"
+                       "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n";
+    CommandResult r = run_host(c.dir, "abort", model, body, kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_request"}});
+    EXPECT_NE(r.exit_code, 0) << "a failed distributed compute must fail the run";
+    EXPECT_LT(r.exit_code, 128) << "and never crash the host: " << r.err;
+    EXPECT_NE(r.err.find("on_worker_error = \"abort\""), std::string::npos) << r.err;
+}
+
+TEST(Distributed, WorkerKilledMidRunStillGivesIdenticalOutputWithPolicyLocal) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("distributed_killed"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7", {{"MOEZIP_WORKER_FAULT", "exit_after=20"}}));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    std::string body = "mode = \"experts\"\n[dispatch]\non_worker_error = \"local\"\ntimeout_ms = 500\n"
+                       "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"0-3\"\n"
+                       "[[worker]]\nendpoint = \"" + c.workers[1]->endpoint() + "\"\nexperts = \"4-7\"\n";
+    CommandResult r = run_host(c.dir, "killed", model, body, kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "killed");
+    json rep = load_json(c.dir + "/killed.json");
+    EXPECT_GT(rep["workers"][1]["fallbacks"].get<int>(), 0) << rep["workers"].dump();
+    EXPECT_GE(rep["workers"][1]["timeouts"].get<int>(), 1) << "the dead worker is detected by its timeout";
+    EXPECT_EQ(rep["workers"][0]["fallbacks"], 0);
+    EXPECT_NE(r.err.find("failed"), std::string::npos) << "the failure is said, not hidden: " << r.err;
+    EXPECT_NE(c.workers[1]->wait_exit(1000), -1) << "the faulty worker exited as told";
+}
+
+} // namespace
