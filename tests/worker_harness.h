@@ -1,0 +1,119 @@
+// moezip tests: running moezip-worker as a child process and talking to it (tests/worker_test.cpp),
+// plus an in-process reference of the expert computation on weights read from the GGUF file.
+#pragma once
+
+#include "coordinator/moe_exec.h"
+#include "coordinator/protocol.h"
+#include "preload/engine_api.h"
+
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+
+namespace moezip_test {
+
+/// A moezip-worker child process. The destructor kills it (SIGKILL) and reaps it if it still runs,
+/// so a failing test never leaves a stray worker behind.
+class WorkerProcess {
+public:
+    WorkerProcess() = default;
+    ~WorkerProcess();
+    WorkerProcess(const WorkerProcess &) = delete;
+    WorkerProcess & operator=(const WorkerProcess &) = delete;
+
+    /// Starts bin/moezip-worker with `args` (env added to ours), stderr to <dir>/worker.<n>.stderr,
+    /// and waits up to 60 s for the ready line. False (with the reason in error()) when it exits
+    /// or stays silent instead.
+    bool start(const std::vector<std::string> & args, const std::string & dir,
+               const std::map<std::string, std::string> & env = {});
+    /// The endpoint from the ready line ("tcp://127.0.0.1:41234", "ipc:///...").
+    const std::string & endpoint() const { return endpoint_; }
+    const std::string & ready_line() const { return ready_line_; }
+    const std::string & error() const { return error_; }
+    int pid() const { return pid_; }
+    /// Everything the worker wrote to stderr so far.
+    std::string stderr_text() const;
+    /// Sends `sig` and waits up to timeout_ms for the exit; returns the exit status (128+signal when
+    /// killed by one), -1 on timeout. `elapsed_ms` gets the time waited.
+    int stop(int sig, int timeout_ms, double * elapsed_ms = nullptr);
+    /// Waits up to timeout_ms for the process to exit by itself; exit status or -1.
+    int wait_exit(int timeout_ms);
+
+private:
+    int pid_ = -1;
+    int out_fd_ = -1;
+    std::string stderr_path_;
+    std::string endpoint_, ready_line_, error_;
+};
+
+/// A received reply: header (parsed with msg_header_parse) and data frames.
+struct WorkerReply {
+    moezip::MsgHeader h{};
+    std::vector<zmq::message_t> frames;
+    /// msg_frames_verify of the frames against the header.
+    moezip::ErrorCode verify() const;
+    std::string text(size_t i = 0) const;
+};
+
+/// A DEALER connected to a worker (linger 0; the socket is closed before the context).
+class WorkerClient {
+public:
+    explicit WorkerClient(const std::string & endpoint);
+    ~WorkerClient();
+    /// Sends the frames as one multipart message.
+    void send(std::vector<zmq::message_t> frames);
+    /// Waits up to timeout_ms for one reply; false on timeout or a malformed header.
+    bool recv(WorkerReply & out, int timeout_ms = 10000);
+
+private:
+    zmq::context_t ctx_;
+    std::unique_ptr<zmq::socket_t> sock_;
+};
+
+/// A compute request's fields and data, turned into frames by compute_frames().
+struct ComputeRequest {
+    uint64_t request_id = 1;
+    int32_t layer = 0, n_embd = 0, n_ff = 0, n_used = 0, n_rows = 0;
+    moezip::ReplyKind reply = moezip::ReplyKind::row_sums;
+    uint32_t glu_op = GGML_GLU_OP_SWIGLU;
+    std::vector<float> hidden;    ///< [n_embd, n_rows]
+    std::vector<int32_t> ids;     ///< [n_used, n_rows]
+    std::vector<float> weights;   ///< [n_used, n_rows]
+};
+
+/// The header of `r` with frame sizes and hashes set.
+moezip::MsgHeader compute_header(const ComputeRequest & r);
+/// [header, hidden, ids, weights] for `h` (which may have been tampered with after compute_header).
+std::vector<zmq::message_t> compute_frames(const moezip::MsgHeader & h, const ComputeRequest & r);
+/// [header] + frames for a message without data (hello with JSON text when `json` is non-empty, ping).
+std::vector<zmq::message_t> simple_frames(moezip::MsgKind kind, uint64_t request_id, const std::string & json = "");
+
+/// The engine's ggml bound in this process, as the engine does it: ggml_backend_load_all_from_path
+/// on libggml-base's directory, then the CPU variant that stays loaded. Once per process.
+const moezip::GgmlApi & reference_api();
+/// The name of that variant ("zen4") and its GNU build-id.
+std::string reference_variant();
+std::string reference_build_id();
+
+/// A GGUF file read into memory in one piece, its tensors pointing into those bytes.
+class ReferenceModel {
+public:
+    ~ReferenceModel();
+    bool load(const std::string & path);
+    /// blk.<il>.<suffix>, e.g. tensor(0, "ffn_gate_exps.weight"); nullptr when absent.
+    ggml_tensor * tensor(int il, const char * suffix) const;
+    moezip::ExpertWeights weights(int il) const;
+
+private:
+    std::string bytes_;
+    gguf_context * gguf_ = nullptr;
+    ggml_context * meta_ = nullptr;
+};
+
+} // namespace moezip_test

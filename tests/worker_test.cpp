@@ -1,0 +1,449 @@
+// moezip-worker end to end: a child process on an ipc:// path (once on tcp://127.0.0.1:*), spoken to
+// with a DEALER; results compared bit for bit with MoeExecutor run here on the same file's weights.
+#include "coordinator/expert_range.h"
+#include "coordinator/moe_exec.h"
+#include "coordinator/protocol.h"
+#include "provider_map/expert_digest.h"
+#include "tests/test_support.h"
+#include "tests/worker_harness.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <random>
+
+using namespace moezip;
+using namespace moezip_test;
+
+namespace {
+
+constexpr int kEmbd = 64, kFf = 64, kExpert = 8, kUsed = 2;  // the tiny preset
+
+std::string tiny_model() { return fixture_model({"--preset", "tiny", "--type", "q8_0"}); }
+
+std::string hex16(uint64_t v) {
+    char buf[17];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long) v);
+    return buf;
+}
+
+// Random rows, each with kUsed distinct experts drawn from [0, n_choice), positive weights.
+ComputeRequest random_request(int layer, int n_rows, uint32_t seed, int n_choice = kExpert) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> val(-1.0f, 1.0f), wt(0.05f, 1.0f);
+    ComputeRequest r;
+    r.request_id = seed;
+    r.layer = layer;
+    r.n_embd = kEmbd;
+    r.n_ff = kFf;
+    r.n_used = kUsed;
+    r.n_rows = n_rows;
+    for (int i = 0; i < kEmbd * n_rows; ++i) r.hidden.push_back(val(rng));
+    for (int row = 0; row < n_rows; ++row) {
+        int a = (int) (rng() % n_choice), b = (int) (rng() % (n_choice - 1));
+        if (b >= a) ++b;
+        r.ids.push_back(a);
+        r.ids.push_back(b);
+        r.weights.push_back(wt(rng));
+        r.weights.push_back(wt(rng));
+    }
+    return r;
+}
+
+// The engine's computation of every slot (ids all >= 0): slots [n_embd, n_used, n_rows] and the row sums.
+struct Expected {
+    std::vector<float> slots, row_sums;
+};
+
+Expected reference_compute(const ReferenceModel & m, const ComputeRequest & r) {
+    Expected e;
+    e.slots.assign((size_t) kEmbd * r.n_used * r.n_rows, 0.0f);
+    e.row_sums.assign((size_t) kEmbd * r.n_rows, 0.0f);
+    MoeExecutor exec(reference_api(), 1);
+    SlotBatch b;
+    b.n_rows = r.n_rows;
+    b.k = r.n_used;
+    b.hidden = r.hidden.data();
+    b.hidden_stride = kEmbd * sizeof(float);
+    b.ids = r.ids.data();
+    b.weights = r.weights.data();
+    Status st = exec.compute_slots(m.weights(r.layer), b, e.slots.data());
+    EXPECT_TRUE(st) << st.to_string();
+    moe_sum_slots(e.slots.data(), kEmbd, r.n_used, r.n_rows, e.row_sums.data());
+    return e;
+}
+
+bool same_bytes(const zmq::message_t & m, const std::vector<float> & v) {
+    return m.size() == v.size() * sizeof(float) && (v.empty() || memcmp(m.data(), v.data(), m.size()) == 0);
+}
+
+WorkerReply ask(WorkerClient & c, std::vector<zmq::message_t> frames) {
+    c.send(std::move(frames));
+    WorkerReply rep;
+    EXPECT_TRUE(c.recv(rep)) << "no reply within 10 s";
+    return rep;
+}
+
+WorkerReply ask_compute(WorkerClient & c, const ComputeRequest & r) { return ask(c, compute_frames(compute_header(r), r)); }
+
+// A worker on ipc://<dir>/w.sock with extra flags; fails the test when it does not come up.
+bool start_worker(WorkerProcess & w, const std::string & dir, std::vector<std::string> flags,
+                  const std::map<std::string, std::string> & env = {}) {
+    std::vector<std::string> args = {"--model", tiny_model(), "--bind", "ipc://" + dir + "/w.sock"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    bool ok = w.start(args, dir, env);
+    EXPECT_TRUE(ok) << w.error();
+    return ok;
+}
+
+} // namespace
+
+TEST(Worker, HelloDescribesServedExpertsWithDigestsOfTheFile) {
+    ASSERT_FALSE(tiny_model().empty());
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    ASSERT_TRUE(reference_api().cpu_bound);
+    std::string dir = test_dir("worker_hello");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
+    EXPECT_NE(w.ready_line().find("experts 0-3 of 8 (2 MoE layers"), std::string::npos) << w.ready_line();
+    WorkerClient c(w.endpoint());
+
+    WorkerReply rep = ask(c, simple_frames(MsgKind::hello, 77, R"({"protocol":1,"ggml_commit":"x"})"));
+    ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok);
+    EXPECT_EQ(rep.h.request_id, 77u);
+    ASSERT_EQ(rep.verify(), ErrorCode::ok);
+    nlohmann::json j = nlohmann::json::parse(rep.text(), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << rep.text();
+    EXPECT_EQ(j["protocol"], 1);
+    EXPECT_EQ(j["ggml_commit"], reference_api().ggml_commit());
+    EXPECT_EQ(j["ggml_version"], reference_api().ggml_version());
+    EXPECT_EQ(j["cpu_variant"], reference_variant());
+    EXPECT_EQ(j["cpu_build_id"], reference_build_id());
+    EXPECT_FALSE(reference_build_id().empty());
+    EXPECT_EQ(j["experts"], "0-3");
+    EXPECT_EQ(j["n_expert"], kExpert);
+    ASSERT_EQ(j["layers"].size(), 2u);
+    for (int il = 0; il < 2; ++il) {
+        const nlohmann::json & l = j["layers"][il];
+        EXPECT_EQ(l["il"], il);
+        EXPECT_EQ(l["n_embd"], kEmbd);
+        EXPECT_EQ(l["n_ff"], kFf);
+        EXPECT_EQ(l["n_expert"], kExpert);
+        const char * names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+        for (int t = 0; t < 3; ++t) {
+            const ggml_tensor * ref = m.tensor(il, names[t]);
+            EXPECT_EQ(l["tensors"][t]["name"], ref->name);
+            EXPECT_EQ(l["tensors"][t]["type"], "q8_0");
+            EXPECT_EQ(l["tensors"][t]["ne"], nlohmann::json({ref->ne[0], ref->ne[1], ref->ne[2]}));
+        }
+        ASSERT_EQ(l["digests"].size(), 4u) << l["digests"].dump();
+        ExpertWeights ew = m.weights(il);
+        for (int e = 0; e < 4; ++e)
+            EXPECT_EQ(l["digests"][std::to_string(e)], hex16(expert_identity_digest_of(ew.gate_exps, ew.up_exps, ew.down_exps, e)))
+                << "layer " << il << " expert " << e;
+    }
+    WorkerReply pong = ask(c, simple_frames(MsgKind::ping, 78));
+    EXPECT_EQ(pong.h.kind, (uint16_t) MsgKind::pong);
+    EXPECT_EQ(pong.h.request_id, 78u);
+}
+
+TEST(Worker, AllOwnedRowsAreBitIdenticalToTheEngineKernels) {
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    std::string dir = test_dir("worker_all_owned");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}));
+    WorkerClient c(w.endpoint());
+    for (int il = 0; il < 2; ++il) {
+        ComputeRequest r = random_request(il, 7, 100 + il);
+        Expected want = reference_compute(m, r);
+        WorkerReply sums = ask_compute(c, r);
+        ASSERT_EQ(sums.h.kind, (uint16_t) MsgKind::result) << sums.text();
+        ASSERT_EQ(sums.verify(), ErrorCode::ok);
+        EXPECT_EQ(sums.h.request_id, r.request_id);
+        EXPECT_EQ(sums.h.n_pairs, 7 * kUsed);
+        EXPECT_TRUE(same_bytes(sums.frames[0], want.row_sums)) << "row_sums differ from ffn_moe_out, layer " << il;
+        int nonzero = 0;
+        for (float v : want.row_sums) nonzero += v != 0.0f;
+        EXPECT_GT(nonzero, kEmbd * 7 / 2) << "the reference should not be trivially zero";
+
+        r.reply = ReplyKind::slots;
+        WorkerReply slots = ask_compute(c, r);
+        ASSERT_EQ(slots.h.kind, (uint16_t) MsgKind::result) << slots.text();
+        EXPECT_EQ(slots.h.reply, (uint16_t) ReplyKind::slots);
+        EXPECT_EQ(slots.h.n_pairs, 7 * kUsed);
+        EXPECT_TRUE(same_bytes(slots.frames[0], want.slots)) << "per-slot outputs differ, layer " << il;
+    }
+}
+
+TEST(Worker, PartialOwnershipReturnsTheOwnedPairsOnly) {
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    std::string dir = test_dir("worker_partial");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
+    WorkerClient c(w.endpoint());
+    ComputeRequest full = random_request(1, 9, 7);
+    full.ids[0] = 5, full.ids[1] = 6;  // row 0: nothing for this worker
+    full.ids[2] = 1, full.ids[3] = 2;  // row 1: both slots here
+    Expected ref = reference_compute(m, full);
+
+    ComputeRequest r = full;  // what a coordinator sends: -1 for experts owned elsewhere
+    std::vector<float> want_pairs, want_sums((size_t) kEmbd * r.n_rows, 0.0f);
+    for (int row = 0; row < r.n_rows; ++row) {
+        bool first = true;
+        for (int s = 0; s < kUsed; ++s) {
+            int & id = r.ids[row * kUsed + s];
+            if (id >= 4) { id = -1; continue; }
+            const float * slot = ref.slots.data() + (size_t) (row * kUsed + s) * kEmbd;
+            want_pairs.insert(want_pairs.end(), slot, slot + kEmbd);
+            for (int j = 0; j < kEmbd; ++j) want_sums[row * kEmbd + j] = first ? slot[j] : want_sums[row * kEmbd + j] + slot[j];
+            first = false;
+        }
+    }
+    r.reply = ReplyKind::slots;
+    WorkerReply slots = ask_compute(c, r);
+    ASSERT_EQ(slots.h.kind, (uint16_t) MsgKind::result) << slots.text();
+    ASSERT_EQ(slots.verify(), ErrorCode::ok);
+    EXPECT_EQ(slots.h.n_pairs, (int32_t) (want_pairs.size() / kEmbd));
+    EXPECT_TRUE(same_bytes(slots.frames[0], want_pairs)) << "owned pairs differ from the full computation's";
+
+    r.reply = ReplyKind::row_sums;
+    WorkerReply sums = ask_compute(c, r);
+    ASSERT_EQ(sums.h.kind, (uint16_t) MsgKind::result) << sums.text();
+    EXPECT_TRUE(same_bytes(sums.frames[0], want_sums)) << "partial row sums differ";
+    EXPECT_EQ(memcmp(static_cast<const float *>(sums.frames[0].data()) + kEmbd, ref.row_sums.data() + kEmbd, kEmbd * sizeof(float)), 0)
+        << "a row with every slot here must equal ffn_moe_out";
+
+    ComputeRequest empty = random_request(0, 0, 9);
+    WorkerReply none = ask_compute(c, empty);
+    ASSERT_EQ(none.h.kind, (uint16_t) MsgKind::result) << none.text();
+    EXPECT_EQ(none.h.n_pairs, 0);
+    ASSERT_EQ(none.frames.size(), 1u);
+    EXPECT_EQ(none.frames[0].size(), 0u);
+    EXPECT_EQ(none.verify(), ErrorCode::ok);
+}
+
+TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
+    std::string dir = test_dir("worker_malformed");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
+    WorkerClient c(w.endpoint());
+    const ComputeRequest good = random_request(0, 3, 11, 4);
+    auto with_header = [&](std::function<void(MsgHeader &)> f) {
+        MsgHeader h = compute_header(good);
+        f(h);
+        return compute_frames(h, good);
+    };
+    auto with_request = [&](std::function<void(ComputeRequest &)> f) {
+        ComputeRequest r = good;
+        f(r);
+        return compute_frames(compute_header(r), r);
+    };
+    struct Case {
+        const char * name;
+        ErrorCode code;
+        std::vector<zmq::message_t> frames;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"wrong magic", ErrorCode::bad_magic, with_header([](MsgHeader & h) { h.magic ^= 1; })});
+    cases.push_back({"wrong version", ErrorCode::bad_version, with_header([](MsgHeader & h) { h.version = 2; })});
+    cases.push_back({"unknown kind", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.kind = 99; })});
+    cases.push_back({"a result sent to the worker", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.kind = (uint16_t) MsgKind::result; })});
+    cases.push_back({"hidden frame disagrees with n_rows", ErrorCode::bad_frames,
+                     with_request([](ComputeRequest & r) { r.hidden.resize(r.hidden.size() - kEmbd); })});
+    cases.push_back({"bad hash", ErrorCode::bad_hash, with_header([](MsgHeader & h) { h.frame_xxh3[2] ^= 1; })});
+    cases.push_back({"expert id out of range", ErrorCode::bad_expert, with_request([](ComputeRequest & r) { r.ids[3] = kExpert; })});
+    cases.push_back({"expert id below -1", ErrorCode::bad_expert, with_request([](ComputeRequest & r) { r.ids[0] = -2; })});
+    cases.push_back({"expert not served", ErrorCode::bad_expert, with_request([](ComputeRequest & r) { r.ids[1] = 5; })});
+    cases.push_back({"layer not MoE", ErrorCode::bad_layer, with_request([](ComputeRequest & r) { r.layer = 2; })});
+    cases.push_back({"n_embd not the model's", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.n_embd = 32; })});
+    cases.push_back({"oversized n_rows", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.n_rows = kMaxRows + 1; })});
+    cases.push_back({"n_used zero", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.n_used = 0; })});
+    cases.push_back({"unknown reply kind", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.reply = 9; })});
+    cases.push_back({"unsupported glu op", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.glu_op = GGML_GLU_OP_SWIGLU_OAI; })});
+    cases.push_back({"ids sent as f32", ErrorCode::bad_frames, with_header([](MsgHeader & h) { h.dtype[1] = (uint8_t) WireType::f32; })});
+    {
+        std::vector<zmq::message_t> f = compute_frames(compute_header(good), good);
+        f.resize(1);
+        cases.push_back({"truncated multipart (header only)", ErrorCode::bad_frames, std::move(f)});
+    }
+    {
+        std::vector<zmq::message_t> f = compute_frames(compute_header(good), good);
+        f.emplace_back("x", 1);
+        cases.push_back({"an extra frame", ErrorCode::bad_frames, std::move(f)});
+    }
+    {
+        std::vector<zmq::message_t> f;
+        f.emplace_back("junk!", 5);
+        cases.push_back({"junk single frame", ErrorCode::bad_frames, std::move(f)});
+        std::vector<zmq::message_t> g;
+        std::string junk(128, 'j');
+        g.emplace_back(junk.data(), junk.size());
+        cases.push_back({"128 bytes of junk", ErrorCode::bad_magic, std::move(g)});
+    }
+    for (Case & k : cases) {
+        const bool readable_header = k.frames[0].size() == sizeof(MsgHeader);
+        WorkerReply rep = ask(c, std::move(k.frames));
+        EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << k.name;
+        EXPECT_EQ(rep.h.status, (int32_t) k.code) << k.name << ": got " << error_code_name((ErrorCode) rep.h.status) << ": " << rep.text();
+        EXPECT_EQ(rep.verify(), ErrorCode::ok) << k.name;
+        EXPECT_FALSE(rep.text().empty()) << k.name;
+        if (readable_header && k.code != ErrorCode::bad_magic) {
+            EXPECT_EQ(rep.h.request_id, good.request_id) << k.name;
+        }
+    }
+    WorkerReply ok = ask_compute(c, good);
+    EXPECT_EQ(ok.h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving: " << ok.text();
+    ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
+    EXPECT_NE(w.stderr_text().find("errors " + std::to_string(cases.size())), std::string::npos) << w.stderr_text();
+}
+
+// RssAnon of a process in KiB (/proc/<pid>/status), -1 when unreadable.
+static long rss_anon_kib(int pid) {
+    std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+    size_t pos = status.find("RssAnon:");
+    return pos == std::string::npos ? -1 : strtol(status.c_str() + pos + 8, nullptr, 10);
+}
+
+TEST(Worker, UnservedExpertsNeverBecomeResident) {
+    // 2 layers x 32 experts of 3 x 512x1024 q8_0 (0.53 MiB each): 102 MiB of expert weights.
+    std::string model = fixture_model({"--preset", "small", "--n-embd", "512", "--n-ff-exp", "1024", "--n-expert", "32", "--type", "q8_0"});
+    ASSERT_FALSE(model.empty());
+    std::string dir = test_dir("worker_resident");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--experts", "0-3"}, dir)) << w.error();
+    EXPECT_NE(w.ready_line().find("12.8 MiB of expert weights"), std::string::npos) << w.ready_line();
+    const long kib = rss_anon_kib(w.pid());
+    ASSERT_GT(kib, 0);
+    // 4 of 32 experts: 12.8 MiB read, plus at most one 2 MiB huge page at each end of the 6 served
+    // ranges, plus the process's own heap; far below the 102 MiB a full load would make resident.
+    EXPECT_LT(kib, 45 * 1024) << "RssAnon " << kib << " KiB: unserved experts were touched?";
+}
+
+TEST(Worker, SigtermExitsZeroWithinASecond) {
+    std::string dir = test_dir("worker_sigterm");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {"--threads", "1"}));
+    {
+        WorkerClient c(w.endpoint());
+        EXPECT_EQ(ask(c, simple_frames(MsgKind::ping, 1)).h.kind, (uint16_t) MsgKind::pong);
+    }
+    double ms = 0;
+    EXPECT_EQ(w.stop(SIGTERM, 5000, &ms), 0);
+    EXPECT_LT(ms, 1000.0);
+    EXPECT_NE(w.stderr_text().find("requests 1 (hello 0, compute 0, ping 1)"), std::string::npos) << w.stderr_text();
+}
+
+TEST(Worker, MmapGivesTheSameResultsAsLoadedMemory) {
+    std::string dir = test_dir("worker_mmap");
+    WorkerProcess loaded, mapped;
+    ASSERT_TRUE(start_worker(loaded, dir, {"--experts", "2-5"}));
+    std::string dir2 = test_dir("worker_mmap2");
+    ASSERT_TRUE(start_worker(mapped, dir2, {"--experts", "2-5", "--mmap"}));
+    WorkerClient a(loaded.endpoint()), b(mapped.endpoint());
+    ComputeRequest r = random_request(1, 6, 21);
+    for (int32_t & id : r.ids) id = id >= 2 && id <= 5 ? id : -1;
+    WorkerReply ra = ask_compute(a, r), rb = ask_compute(b, r);
+    ASSERT_EQ(ra.h.kind, (uint16_t) MsgKind::result) << ra.text();
+    ASSERT_EQ(rb.h.kind, (uint16_t) MsgKind::result) << rb.text();
+    ASSERT_EQ(ra.frames[0].size(), rb.frames[0].size());
+    EXPECT_EQ(memcmp(ra.frames[0].data(), rb.frames[0].data(), ra.frames[0].size()), 0);
+    WorkerReply ha = ask(a, simple_frames(MsgKind::hello, 2)), hb = ask(b, simple_frames(MsgKind::hello, 2));
+    EXPECT_EQ(ha.text(), hb.text()) << "same identity either way";
+}
+
+TEST(Worker, ThreadCountDoesNotChangeTheBits) {
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    std::string dir = test_dir("worker_threads");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {"--threads", "2"}));
+    WorkerClient c(w.endpoint());
+    ComputeRequest r = random_request(0, 16, 71);
+    r.reply = ReplyKind::slots;
+    WorkerReply rep = ask_compute(c, r);
+    ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
+    EXPECT_TRUE(same_bytes(rep.frames[0], reference_compute(m, r).slots)) << "2 threads vs the 1-thread reference";
+}
+
+TEST(Worker, ServesOverTcpOnAFreePort) {
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    std::string dir = test_dir("worker_tcp");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", tiny_model(), "--bind", "tcp://127.0.0.1:*"}, dir)) << w.error();
+    ASSERT_EQ(w.endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << w.ready_line();
+    EXPECT_EQ(w.stderr_text().find("warning"), std::string::npos) << "loopback must not warn";
+    WorkerClient c(w.endpoint());
+    ComputeRequest r = random_request(0, 4, 31);
+    WorkerReply rep = ask_compute(c, r);
+    ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
+    EXPECT_TRUE(same_bytes(rep.frames[0], reference_compute(m, r).row_sums));
+}
+
+TEST(Worker, ConfigTableGivesDefaultsAndFlagsOverrideIt) {
+    std::string dir = test_dir("worker_config");
+    std::string cfg = dir + "/moezip.toml";
+    FILE * f = fopen(cfg.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fprintf(f, "[worker_server]\nbind = \"ipc://%s/from-config.sock\"\nmodel = \"%s\"\nexperts = \"4-7\"\nthreads = 1\n",
+            dir.c_str(), tiny_model().c_str());
+    fclose(f);
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--config", cfg, "--experts", "1,6"}, dir)) << w.error();
+    EXPECT_EQ(w.endpoint(), "ipc://" + dir + "/from-config.sock");
+    EXPECT_NE(w.ready_line().find("experts 1,6 of 8"), std::string::npos) << w.ready_line();
+}
+
+TEST(Worker, BadStartupInputFailsWithAMessage) {
+    std::string dir = test_dir("worker_bad_start");
+    CommandResult r = run_command({bin_path("moezip-worker"), "--model", tiny_model(), "--experts", "0-8", "--bind", "ipc://" + dir + "/x"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("expert 8 does not exist"), std::string::npos) << r.err;
+    r = run_command({bin_path("moezip-worker"), "--model", dir + "/missing.gguf"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("missing.gguf"), std::string::npos) << r.err;
+    r = run_command({bin_path("moezip-worker"), "--model", tiny_model()}, {{"MOEZIP_WORKER_FAULT", "explode"}}, 60);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("'explode'"), std::string::npos) << r.err;
+}
+
+TEST(WorkerFault, CorruptResultIsCaughtByTheHashCheck) {
+    std::string dir = test_dir("worker_fault_corrupt");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "corrupt_result"}}));
+    WorkerClient c(w.endpoint());
+    WorkerReply rep = ask_compute(c, random_request(0, 2, 41));
+    ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result);
+    EXPECT_EQ(rep.verify(), ErrorCode::bad_hash);
+}
+
+TEST(WorkerFault, ExitAfterDiesWithoutReplying) {
+    std::string dir = test_dir("worker_fault_exit");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "exit_after=1"}}));
+    WorkerClient c(w.endpoint());
+    EXPECT_EQ(ask_compute(c, random_request(0, 2, 51)).h.kind, (uint16_t) MsgKind::result);
+    ComputeRequest r = random_request(0, 2, 52);
+    c.send(compute_frames(compute_header(r), r));
+    WorkerReply rep;
+    EXPECT_FALSE(c.recv(rep, 1000)) << "a reply after the fault";
+    EXPECT_EQ(w.wait_exit(5000), 1);
+}
+
+TEST(WorkerFault, DelayHoldsEachComputeReply) {
+    std::string dir = test_dir("worker_fault_delay");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=300"}}));
+    WorkerClient c(w.endpoint());
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(ask_compute(c, random_request(0, 1, 61)).h.kind, (uint16_t) MsgKind::result);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(ms, 300.0);
+}

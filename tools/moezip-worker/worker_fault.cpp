@@ -1,0 +1,47 @@
+#include "tools/moezip-worker/worker_fault.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace moezip {
+
+namespace {
+
+bool parse_count(const std::string & text, int64_t max, int64_t & out) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+    errno = 0;
+    long long v = strtoll(text.c_str(), nullptr, 10);
+    if (errno != 0 || v > max) return false;
+    out = v;
+    return true;
+}
+
+} // namespace
+
+Status worker_faults_parse(const char * text, WorkerFaults & out) {
+    out = WorkerFaults();
+    if (text == nullptr) return Status::ok();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) continue;
+        const size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        int64_t n = 0;
+        if (key == "corrupt_result" && eq == std::string::npos) {
+            out.corrupt_result = true;
+        } else if (key == "exit_after" && parse_count(value, INT64_MAX, n)) {
+            out.exit_after = n;
+        } else if (key == "delay_ms" && parse_count(value, 600000, n)) {
+            out.delay_ms = (int) n;
+        } else {
+            return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
+                                            "' (known: corrupt_result, exit_after=N, delay_ms=0..600000)");
+        }
+    }
+    return Status::ok();
+}
+
+} // namespace moezip

@@ -1,0 +1,29 @@
+// moezip-worker: fault switches for tests only. MOEZIP_WORKER_FAULT, read once at start, is a
+// comma-separated list of:
+//   corrupt_result   flip one byte of each result data frame after its hash was computed (the
+//                    coordinator's hash check must catch it)
+//   exit_after=N     after answering N compute requests, _exit(1) on the next one without replying
+//                    (a worker dying mid-run)
+//   delay_ms=N       sleep N ms before each compute reply (timeouts)
+// Never set it in production: the worker then gives wrong answers or none on purpose.
+#pragma once
+
+#include "coordinator/status.h"
+
+#include <cstdint>
+
+namespace moezip {
+
+/// Name of the environment variable.
+constexpr const char * kWorkerFaultEnv = "MOEZIP_WORKER_FAULT";
+
+struct WorkerFaults {
+    bool corrupt_result = false;
+    int64_t exit_after = -1;  ///< -1 = never
+    int delay_ms = 0;         ///< 0..600000
+};
+
+/// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.
+Status worker_faults_parse(const char * text, WorkerFaults & out);
+
+} // namespace moezip

@@ -1,0 +1,41 @@
+#include "tools/moezip-worker/worker_hello.h"
+
+#include "coordinator/evidence.h"
+#include "coordinator/protocol.h"
+
+#include <nlohmann/json.hpp>
+
+namespace moezip {
+
+namespace {
+
+nlohmann::json tensor_json(const ggml_tensor * t) {
+    return {{"name", t->name}, {"type", ggml_type_name(t->type)}, {"ne", {t->ne[0], t->ne[1], t->ne[2]}}};
+}
+
+} // namespace
+
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const WorkerLayer & l : model.layers()) {
+        nlohmann::json digests = nlohmann::json::object();
+        for (const auto & kv : l.digests) digests[std::to_string(kv.first)] = hex64(kv.second);
+        layers.push_back({{"il", l.il},
+                          {"n_embd", l.n_embd},
+                          {"n_ff", l.n_ff},
+                          {"n_expert", l.n_expert},
+                          {"tensors", {tensor_json(l.gate_exps), tensor_json(l.up_exps), tensor_json(l.down_exps)}},
+                          {"digests", digests}});
+    }
+    nlohmann::json j = {{"protocol", kProtocolVersion},
+                        {"ggml_version", engine.ggml_version},
+                        {"ggml_commit", engine.ggml_commit},
+                        {"cpu_variant", engine.cpu_variant},
+                        {"cpu_build_id", engine.cpu_build_id},
+                        {"experts", expert_ranges_format(model.served())},
+                        {"n_expert", model.n_expert()},
+                        {"layers", layers}};
+    return j.dump();
+}
+
+} // namespace moezip

@@ -1,0 +1,20 @@
+// moezip-worker: the hello_ok JSON, the worker's identity (coordinator/protocol.h):
+//   {"protocol": 1, "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
+//    "experts": "<ranges served>", "n_expert": E,
+//    "layers": [{"il", "n_embd", "n_ff", "n_expert",
+//                "tensors": [{"name", "type", "ne": [a, b, c]} for gate, up, down],
+//                "digests": {"<expert>": "<16 hex digits of expert_identity_digest_of>"}}]}
+// The coordinator compares it with its own engine and model (provider_map/expert_digest.h).
+#pragma once
+
+#include "tools/moezip-worker/worker_engine.h"
+#include "tools/moezip-worker/worker_model.h"
+
+#include <string>
+
+namespace moezip {
+
+/// The hello_ok frame's text (compact JSON).
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine);
+
+} // namespace moezip

@@ -1,0 +1,218 @@
+#include "tools/moezip-worker/worker_model.h"
+
+#include "provider_map/expert_digest.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moezip {
+
+namespace {
+
+// The three tensors of one layer, by gguf tensor id (-1 = absent).
+struct LayerIds {
+    int64_t gate = -1, up = -1, down = -1;
+};
+
+std::string shape_text(const ggml_tensor * t) {
+    return "[" + std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + ", " +
+           std::to_string(t->ne[3]) + "]";
+}
+
+bool shape_is(const ggml_tensor * t, int64_t a, int64_t b, int64_t c) {
+    return t->ne[0] == a && t->ne[1] == b && t->ne[2] == c && t->ne[3] == 1;
+}
+
+// "blk.12.ffn_up_exps.weight" -> il 12, suffix "ffn_up_exps.weight". False when not a block tensor.
+bool split_block_name(const char * name, int & il, std::string & suffix) {
+    if (strncmp(name, "blk.", 4) != 0) return false;
+    char * end = nullptr;
+    long n = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || n < 0 || n > 100000) return false;
+    il = (int) n;
+    suffix = end + 1;
+    return true;
+}
+
+} // namespace
+
+WorkerModel::~WorkerModel() {
+    for (auto & m : maps_) munmap(m.first, m.second);
+    if (gguf_) gguf_free(gguf_);
+    if (meta_) ggml_free(meta_);
+    if (fd_ >= 0) close(fd_);
+}
+
+Status WorkerModel::read_metadata(const std::string & path) {
+    path_ = path;
+    fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return Status::io_error("model " + path + ": " + strerror(errno));
+    struct stat st;
+    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return Status::io_error("model " + path + ": not a regular file");
+    file_size_ = (uint64_t) st.st_size;
+    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta_};
+    gguf_ = gguf_init_from_file(path.c_str(), params);
+    if (gguf_ == nullptr) return Status::invalid_argument("model " + path + ": not a GGUF file, or its header is malformed");
+    return Status::ok();
+}
+
+Status WorkerModel::find_layers() {
+    std::map<int, LayerIds> found;
+    const int64_t n = gguf_get_n_tensors(gguf_);
+    for (int64_t id = 0; id < n; ++id) {
+        const char * name = gguf_get_tensor_name(gguf_, id);
+        int il = 0;
+        std::string suffix;
+        if (!split_block_name(name, il, suffix) || suffix.find("_exps") == std::string::npos) continue;
+        if (suffix == "ffn_gate_exps.weight") found[il].gate = id;
+        else if (suffix == "ffn_up_exps.weight") found[il].up = id;
+        else if (suffix == "ffn_down_exps.weight") found[il].down = id;
+        else if (suffix == "ffn_gate_up_exps.weight")
+            return Status::unsupported("model " + path_ + ": " + name + " is a fused gate+up expert tensor; moezip-worker "
+                                       "needs separate ffn_gate_exps and ffn_up_exps");
+        else
+            return Status::unsupported("model " + path_ + ": expert tensor " + name +
+                                       " (biases or another expert layout) is not supported by moezip-worker");
+    }
+    for (const auto & kv : found) {
+        const std::string blk = "model " + path_ + ": blk." + std::to_string(kv.first);
+        if (kv.second.gate < 0 && kv.second.up >= 0)
+            return Status::unsupported(blk + " has ffn_up_exps but no ffn_gate_exps (a gate-less MoE): not supported");
+        if (kv.second.gate < 0 || kv.second.up < 0 || kv.second.down < 0)
+            return Status::invalid_argument(blk + " lacks one of ffn_gate_exps/ffn_up_exps/ffn_down_exps.weight");
+        WorkerLayer l;
+        l.il = kv.first;
+        l.gate_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.gate));
+        l.up_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.up));
+        l.down_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.down));
+        if (!l.gate_exps || !l.up_exps || !l.down_exps) return Status::invalid_argument(blk + ": tensor metadata missing");
+        Status st = check_layer(l);
+        if (!st) return st;
+        layers_.push_back(l);
+    }
+    if (layers_.empty())
+        return Status::invalid_argument("model " + path_ + " has no MoE layer (no blk.N.ffn_gate_exps.weight)");
+    return Status::ok();
+}
+
+Status WorkerModel::check_layer(WorkerLayer & l) {
+    l.n_embd = l.gate_exps->ne[0];
+    l.n_ff = l.gate_exps->ne[1];
+    l.n_expert = l.gate_exps->ne[2];
+    const std::string where = "model " + path_ + ": ";
+    if (!shape_is(l.gate_exps, l.n_embd, l.n_ff, l.n_expert) || !shape_is(l.up_exps, l.n_embd, l.n_ff, l.n_expert) ||
+        !shape_is(l.down_exps, l.n_ff, l.n_embd, l.n_expert))
+        return Status::invalid_argument(where + "expert tensor shapes disagree: " + l.gate_exps->name + " " +
+                                        shape_text(l.gate_exps) + ", " + l.up_exps->name + " " + shape_text(l.up_exps) +
+                                        ", " + l.down_exps->name + " " + shape_text(l.down_exps) +
+                                        " (expected [n_embd, n_ff, n_expert] x2 and [n_ff, n_embd, n_expert])");
+    if (n_expert_ != 0 && l.n_expert != n_expert_)
+        return Status::invalid_argument(where + l.gate_exps->name + " has " + std::to_string(l.n_expert) +
+                                        " experts, an earlier layer " + std::to_string(n_expert_));
+    n_expert_ = l.n_expert;
+    for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
+        const int64_t id = gguf_find_tensor(gguf_, t->name);
+        const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, id);
+        if (t->nb[2] * (size_t) t->ne[2] != ggml_nbytes(t))
+            return Status::invalid_argument(where + t->name + " is not densely laid out");
+        if (off + ggml_nbytes(t) > file_size_)
+            return Status::io_error(where + t->name + " ends at byte " + std::to_string(off + ggml_nbytes(t)) +
+                                    ", past the end of the file (" + std::to_string(file_size_) + " bytes): truncated?");
+    }
+    return Status::ok();
+}
+
+const WorkerLayer * WorkerModel::layer(int il) const {
+    for (const WorkerLayer & l : layers_)
+        if (l.il == il) return &l;
+    return nullptr;
+}
+
+Status WorkerModel::place_mmap() {
+    void * base = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
+    if (base == MAP_FAILED) return Status::io_error("model " + path_ + ": mmap failed: " + strerror(errno));
+    maps_.emplace_back(base, file_size_);
+    const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
+    for (WorkerLayer & l : layers_) {
+        for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
+            const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, t->name));
+            t->data = static_cast<uint8_t *>(base) + off;
+            for (const ExpertRange & r : served_) {  // ask the kernel to read the served slices ahead
+                uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
+                a -= a % page;
+                madvise(static_cast<uint8_t *>(base) + a, b - a, MADV_WILLNEED);
+            }
+        }
+    }
+    return Status::ok();
+}
+
+Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
+    const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, t->name));
+    for (const ExpertRange & r : served_) {
+        uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
+        const uint64_t start = (uint64_t) r.first * t->nb[2];
+        while (done < want) {
+            ssize_t n = pread(fd_, base + start + done, want - done, (off_t) (off + start + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0)
+                return Status::io_error("model " + path_ + ": reading " + t->name + ": " +
+                                        (n < 0 ? strerror(errno) : "unexpected end of file"));
+            done += (uint64_t) n;
+        }
+    }
+    return Status::ok();
+}
+
+Status WorkerModel::place_anonymous() {
+    for (WorkerLayer & l : layers_) {
+        for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
+            const size_t bytes = ggml_nbytes(t);
+            void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
+            maps_.emplace_back(p, bytes);
+            madvise(p, bytes, MADV_HUGEPAGE);  // a hint; fails harmlessly without THP
+            t->data = p;
+            Status st = read_slices(t, static_cast<uint8_t *>(p));
+            if (!st) return st;
+        }
+    }
+    return Status::ok();
+}
+
+void WorkerModel::compute_digests() {
+    for (WorkerLayer & l : layers_)
+        for (const ExpertRange & r : served_)
+            for (int e = r.first; e <= r.last; ++e)
+                l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
+}
+
+Status WorkerModel::load(const WorkerModelOptions & opt) {
+    Status st = read_metadata(opt.path);
+    if (st) st = find_layers();
+    if (!st) return st;
+    served_ = opt.experts.empty() ? std::vector<ExpertRange>{{0, (int) n_expert_ - 1}} : opt.experts;
+    served_mask_.assign((size_t) n_expert_, false);
+    for (const ExpertRange & r : served_) {
+        if (r.last >= n_expert_)
+            return Status::invalid_argument("--experts " + expert_ranges_format(served_) + ": expert " +
+                                            std::to_string(r.last) + " does not exist (model " + path_ + " has " +
+                                            std::to_string(n_expert_) + " experts, 0-" + std::to_string(n_expert_ - 1) + ")");
+        for (int e = r.first; e <= r.last; ++e) served_mask_[e] = true;
+    }
+    for (const WorkerLayer & l : layers_)
+        for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps})
+            served_bytes_ += (uint64_t) expert_ranges_count(served_) * t->nb[2];
+    st = opt.use_mmap ? place_mmap() : place_anonymous();
+    if (!st) return st;
+    compute_digests();
+    return Status::ok();
+}
+
+} // namespace moezip

@@ -1,0 +1,95 @@
+// moezip-worker: the routed-expert weights of a GGUF model, only the experts this worker serves.
+//
+// MoE layers are found by tensor name (llama.cpp's LLM_TENSOR_FFN_*_EXPS, src/llama-arch.cpp):
+//   blk.N.ffn_gate_exps.weight  [n_embd, n_ff, n_expert]
+//   blk.N.ffn_up_exps.weight    [n_embd, n_ff, n_expert]
+//   blk.N.ffn_down_exps.weight  [n_ff, n_embd, n_expert]
+// Other expert layouts (fused ffn_gate_up_exps, expert biases, up without gate) are refused with a
+// message naming the tensor: they need other compute than MoeExecutor's.
+//
+// Memory: expert e of a tensor is bytes [e*nb[2], (e+1)*nb[2]) (GGUF layout, ggml.h). Default:
+// each tensor gets an anonymous reservation of its full size (MAP_NORESERVE, MADV_HUGEPAGE) and
+// only the served experts' slices are pread into it, so other experts' pages are never touched and
+// never become resident (with transparent huge pages, residency is rounded to 2 MiB at the edges
+// of served ranges). With `use_mmap` the file is mapped read-only instead and the tensors point
+// into the mapping; again only served slices are ever read.
+#pragma once
+
+#include "coordinator/expert_range.h"
+#include "coordinator/status.h"
+
+#include "ggml.h"
+#include "gguf.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// One MoE layer's expert tensors. The tensors are the GGUF's metadata (type, ne, nb) with data
+/// pointing at the worker's memory; only served experts' slices hold the file's bytes.
+struct WorkerLayer {
+    int il = 0;                            ///< block index N of blk.N.*
+    int64_t n_embd = 0, n_ff = 0, n_expert = 0;
+    ggml_tensor * gate_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
+    ggml_tensor * up_exps = nullptr;       ///< [n_embd, n_ff, n_expert]
+    ggml_tensor * down_exps = nullptr;     ///< [n_ff, n_embd, n_expert]
+    std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(...)
+};
+
+/// What to load.
+struct WorkerModelOptions {
+    std::string path;                  ///< GGUF file
+    std::vector<ExpertRange> experts;  ///< experts to serve; empty = all
+    bool use_mmap = false;             ///< map the file instead of reading into anonymous memory
+};
+
+class WorkerModel {
+public:
+    WorkerModel() = default;
+    ~WorkerModel();
+    WorkerModel(const WorkerModel &) = delete;
+    WorkerModel & operator=(const WorkerModel &) = delete;
+
+    /// Reads the metadata, finds the MoE layers and loads the served experts. Errors:
+    /// io_error (open/read/map failed, file shorter than its tensors), invalid_argument (not a
+    /// GGUF, no MoE layer, shapes disagree, experts outside [0, n_expert)), unsupported (fused or
+    /// biased expert tensors). Every message names the file and, where one is at fault, the tensor.
+    Status load(const WorkerModelOptions & opt);
+
+    /// The MoE layer with block index il, or nullptr.
+    const WorkerLayer * layer(int il) const;
+    const std::vector<WorkerLayer> & layers() const { return layers_; }
+    /// True when expert e is served (0 <= e < n_expert and inside the ranges).
+    bool serves(int64_t e) const { return e >= 0 && e < n_expert_ && e < (int64_t) served_mask_.size() && served_mask_[e]; }
+    int64_t n_expert() const { return n_expert_; }
+    const std::vector<ExpertRange> & served() const { return served_; }
+    /// Bytes of the served experts' slices over all layers (what is read into memory).
+    uint64_t served_bytes() const { return served_bytes_; }
+
+private:
+    Status read_metadata(const std::string & path);
+    Status find_layers();
+    Status check_layer(WorkerLayer & l);
+    Status place_mmap();
+    Status place_anonymous();
+    Status read_slices(ggml_tensor * t, uint8_t * base);
+    void compute_digests();
+
+    std::string path_;
+    int fd_ = -1;
+    uint64_t file_size_ = 0;
+    gguf_context * gguf_ = nullptr;
+    ggml_context * meta_ = nullptr;
+    std::vector<WorkerLayer> layers_;
+    int64_t n_expert_ = 0;
+    std::vector<ExpertRange> served_;
+    std::vector<bool> served_mask_;
+    uint64_t served_bytes_ = 0;
+    std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own
+};
+
+} // namespace moezip
