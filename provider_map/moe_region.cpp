@@ -71,6 +71,7 @@ bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used,
             why = "top-1 output is not CONT(view of slot 0)";
             return false;
         }
+        members.push_back(out);
         members.push_back(out->src[0]);
         return true;
     }
