@@ -24,8 +24,9 @@ nlohmann::json DispatchHandler::workers_json() const {
     return j;
 }
 
-void DispatchHandler::gather_hidden(const MoeRegion & r) {
+void DispatchHandler::gather_inputs(const MoeRegion & r) {
     const int64_t n = r.n_tokens, E = r.n_embd;
+    region_gather_routing(r, ids_, weights_);
     hidden_.resize((size_t) (n * E));
     for (int64_t t = 0; t < n; ++t) memcpy(&hidden_[t * E], region_hidden_row(r, t), E * sizeof(float));
 }
@@ -36,8 +37,8 @@ Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, in
     SlotBatch b;
     b.n_rows = count;
     b.k = k;
-    b.hidden = region_hidden_row(r, first);
-    b.hidden_stride = r.hidden->nb[2];
+    b.hidden = &hidden_[first * E];
+    b.hidden_stride = E * sizeof(float);
     b.ids = ids_.data() + first * k;
     b.weights = weights_.data() + first * k;
     slots_.resize((size_t) (E * k * count));
@@ -49,7 +50,7 @@ Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, in
 Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();
-    region_gather_routing(r, ids_, weights_);
+    gather_inputs(r);
     if (n < cfg_.rows.min_rows || disp_.n_workers() == 0) {
         Status st = compute_rows_here(r, 0, n);
         c.local_rows += n;
@@ -60,7 +61,6 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     std::vector<double> shares = {cfg_.rows.local_share};
     for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
     std::vector<RowBlock> blocks = split_rows(n, shares);
-    gather_hidden(r);
 
     // 1. requests out first, so the workers compute while this host does its own rows
     std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id

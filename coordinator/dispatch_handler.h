@@ -30,10 +30,13 @@ public:
     nlohmann::json workers_json() const override;
 
 protected:
-    /// Computes rows [first, first+count) of r here: all slots, slot-order sum into r.out.
+    /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
-    /// Copies rows of the region's input into hidden_ (contiguous [n_embd, n_rows]).
-    void gather_hidden(const MoeRegion & r);
+    /// Copies the region's input into hidden_ (contiguous [n_embd, n_rows]) and its routing into
+    /// ids_/weights_. Done first, before anything is written to r.out: the engine's allocator may
+    /// place ffn_moe_out in the memory of the input (dead in the engine's order once up/gate ran),
+    /// so the engine's input cannot be read after the output has been written.
+    void gather_inputs(const MoeRegion & r);
 
     const Config & cfg_;
     Dispatcher disp_;

@@ -38,7 +38,7 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     pair_out_.resize((size_t) (E * P));
     for (int64_t p = 0; p < P; ++p) {
         int64_t t = pairs[p].first, s = pairs[p].second;
-        memcpy(&pair_hidden_[p * E], region_hidden_row(r, t), E * sizeof(float));
+        memcpy(&pair_hidden_[p * E], &hidden_[t * E], E * sizeof(float));
         pair_ids_[p] = ids_[t * k + s];
         pair_weights_[p] = weights_[t * k + s];
     }
@@ -90,7 +90,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (!cov) return cov;
         owners_ = expert_owners(cfg_, (int) r.n_expert);
     }
-    region_gather_routing(r, ids_, weights_);
+    gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
 
     // 1. build and send each worker's part (only rows that selected its experts)
@@ -103,7 +103,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             Part & p = parts[owner];
             if (p.rows.empty() || p.rows.back() != t) {
                 p.rows.push_back(t);
-                p.hidden.insert(p.hidden.end(), region_hidden_row(r, t), region_hidden_row(r, t) + E);
+                p.hidden.insert(p.hidden.end(), &hidden_[t * E], &hidden_[t * E] + E);
                 p.ids.insert(p.ids.end(), k, -1);
                 p.weights.insert(p.weights.end(), k, 0.0f);
             }
