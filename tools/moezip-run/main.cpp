@@ -39,20 +39,18 @@ void add_flags(CLI::App & app, run_options & o) {
     app.add_option("-n,--n-predict", o.n_predict, "greedy steps (generated tokens)")->capture_default_str()
         ->check(CLI::Range(0, 1 << 20));
     app.add_flag("--stop-at-eog", o.stop_at_eog, "stop early at an end-of-generation token (default: never)");
-    app.add_option("-t,--threads", o.n_threads, "n_threads and n_threads_batch")->capture_default_str()->check(CLI::Range(1, 1024));
-    app.add_option("-b,--ubatch", o.n_ubatch, "n_ubatch and n_batch")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    app.add_option("-t,--threads", o.n_threads, "n_threads and n_threads_batch")->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    app.add_option("-b,--ubatch", o.n_ubatch, "n_ubatch and n_batch")->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
     app.add_option("-c,--ctx", o.n_ctx, "context size in tokens (default: prompt + n-predict rounded up to 256)")
         ->check(CLI::Range(1, 1 << 24));
     app.add_flag("--no-repack", o.no_repack, "keep weights in GGUF layout (use_extra_bufts = false)");
-    bool no_mmap = false;
-    app.add_flag("--no-mmap", no_mmap, "read the model into memory instead of mapping it");
+    app.add_flag_callback("--no-mmap", [&o]() { o.use_mmap = false; },
+                          "read the model into memory instead of mapping it");
     app.add_option("--json", o.json_path, "write a report to this file (atomically)");
     app.add_flag("--quiet", o.quiet, "print no text on stdout");
     app.add_flag("--verbose", o.verbose, "let llama.cpp and ggml log to stderr");
-    app.callback([&o, src, &no_mmap]() {
-        o.use_mmap   = !no_mmap;
-        o.has_prompt = src->get_options().front()->count() > 0;
-    });
 }
 
 int fail(const Status & st) {

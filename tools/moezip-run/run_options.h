@@ -17,8 +17,7 @@ enum exit_code : int {
 /// One run's settings. Defaults are those of the command line.
 struct run_options {
     std::string model_path;          ///< -m: GGUF model file
-    std::string prompt;              ///< -p: prompt text (tokenized with BOS as the model asks)
-    bool        has_prompt = false;  ///< true when -p was given (an empty prompt is allowed)
+    std::string prompt;              ///< -p: prompt text (tokenized with BOS as the model asks; may be empty)
     int32_t     n_fixture  = 0;      ///< --fixture N: N pseudo-random token ids instead of -p (0 = unused)
     uint64_t    seed       = 1;      ///< --seed: seed of the fixture generator
     int32_t     n_predict  = 32;     ///< -n: greedy steps (generated tokens)

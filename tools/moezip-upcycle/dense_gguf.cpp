@@ -171,6 +171,12 @@ Status dense_gguf::find_ffn_layers() {
         if (il == 0 && ids.gate < 0 && ids.up < 0 && ids.down < 0) {
             return Status::unsupported(where() + "no dense FFN tensors (blk.0.ffn_gate/ffn_up/ffn_down.weight)");
         }
+        for (const char * moe : {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+            const std::string w = blk + moe + ".weight";  // would collide with the tensors we add
+            if (gguf_find_tensor(gguf_, w.c_str()) >= 0) {
+                return Status::unsupported(where() + "already has MoE tensor '" + w + "'");
+            }
+        }
         for (const char * part : {"ffn_gate", "ffn_up", "ffn_down"}) {
             const std::string w = blk + part + ".weight", b = blk + part + ".bias";
             if (gguf_find_tensor(gguf_, w.c_str()) < 0) return Status::unsupported(where() + "missing tensor '" + w + "'");

@@ -34,7 +34,8 @@ public:
     /// Opens `path` and checks: GGUF magic, a header gguf can parse, every tensor's bytes inside
     /// the file, general.architecture == "llama", no llama.expert_count > 0, and for every layer
     /// blk.N.ffn_{gate,up,down}.weight with shapes [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd],
-    /// the same n_ff everywhere, a type that dequantizes to f32, no FFN bias.
+    /// the same n_ff everywhere, a type that dequantizes to f32, no FFN bias, no blk.N.ffn_*_exps or
+    /// ffn_gate_inp tensor already present.
     /// Errors (message starts with the path): io_error (unreadable), corruption (not GGUF,
     /// bad header, truncated), unsupported (not llama, already MoE, FFN missing or odd).
     moezip::Status open(const std::string & path);
