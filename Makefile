@@ -43,8 +43,9 @@ TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_BIN := $(BUILD)/bin/moezip-tests
 
 .PHONY: all deps test run bench clean fixtures
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 all: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(NPROC) build-all
 
 .PHONY: build-all
 build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN)
