@@ -33,7 +33,7 @@ using ComputeFn = ggml_status (*)(ggml_cgraph *, ggml_cplan *);
 // preloaded library run at exit in an order we do not control (see the engine notes).
 struct Session {
     std::mutex init_mu;
-    bool config_read = false;
+    std::atomic<bool> config_read{false};  // read without the lock on the hot path (sched hook)
     bool have_config = false;
     bool config_ok = false;
     Config cfg;
