@@ -140,6 +140,22 @@ TEST(RunTool, SmallUbatchGivesSameTokensAndLogits) {
     EXPECT_EQ(small["logits_xxh3"], large["logits_xxh3"]);
 }
 
+// --no-mmap reads the same bytes into anonymous memory and --no-repack only changes buffer types
+// (stories260K is all F32, which the CPU backend never repacks): same results, settings recorded.
+TEST(RunTool, NoMmapAndNoRepackGiveSameLogits) {
+    const std::string model = stories_model();
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("RunTool.NoMmap");
+    nlohmann::json plain = run_json(dir, "plain", {"-m", model, "--fixture", "16", "-n", "8"});
+    nlohmann::json other = run_json(dir, "other", {"-m", model, "--fixture", "16", "-n", "8", "--no-mmap", "--no-repack"});
+    ASSERT_TRUE(plain.is_object() && other.is_object());
+    EXPECT_EQ(plain["settings"]["mmap"], true);
+    EXPECT_EQ(plain["settings"]["no_repack"], false);
+    EXPECT_EQ(other["settings"]["mmap"], false);
+    EXPECT_EQ(other["settings"]["no_repack"], true);
+    EXPECT_EQ(plain["logits_xxh3"], other["logits_xxh3"]);
+}
+
 TEST(RunTool, NonGgufFileIsRejectedByName) {
     const std::string dir = test_dir("RunTool.NonGguf");
     const std::string path = dir + "/not-a-model.gguf";
