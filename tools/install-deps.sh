@@ -11,7 +11,7 @@ ENGINE_DIR=.deps/engine
 SRC_DIR=.deps/llama.cpp
 PKGS=(g++ make pkg-config git ca-certificates libzmq3-dev cppzmq-dev libxxhash-dev
       libtomlplusplus-dev libgtest-dev nlohmann-json3-dev libcli11-dev nodejs npm
-      util-linux iproute2 procps)
+      util-linux iproute2 procps time)
 
 missing=()
 for p in "${PKGS[@]}"; do

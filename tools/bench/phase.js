@@ -1,0 +1,74 @@
+// make bench: what one phase run (prefill only, or decode only) says about the MoE layers and the wire.
+// Inputs are the files of one run: tools/run-bench.sh's meta JSON, moezip-run's JSON
+// (docs/moezip-run.md) and the preload's report (schema moezip-report/1: coordinator/evidence.cpp
+// for `layers`, coordinator/dispatcher.cpp for `workers`).
+"use strict";
+const { sum } = require("./stats.js");
+
+const HEADER_BYTES = 128;  // MsgHeader, frame 0 of every request and reply (coordinator/protocol.h)
+
+/// Tokens whose MoE regions the report counted: a prefill run has one graph of the prompt; a decode
+/// run (1-token prompt) has only one-row graphs, its prompt token included.
+function phase_tokens(kind, run) {
+    return kind === "prefill" ? run.prefill.tokens : run.prefill.tokens + run.decode.tokens;
+}
+
+/// Time of one step of the phase, ms: the prompt's llama_decode, or the mean decode step.
+function phase_step_ms(kind, run) {
+    return kind === "prefill" ? run.prefill.ms : run.decode.ms / Math.max(1, run.decode.tokens);
+}
+
+/// Bytes the mode has to move per call, summed over layers: every row sent carries its hidden state
+/// [n_embd] f32 and n_used ids (i32) and weights (f32); back come per-slot outputs [n_embd] f32
+/// (experts mode, exact combine, which keeps results bit-identical) or one row sum [n_embd] f32
+/// (rows mode; experts mode with partial combine). `minimal` is the row-sum form for every mode.
+function payload_bytes(report) {
+    const pm = (report.provider_map || [])[0] || {};
+    const E = pm.n_embd || 0, k = pm.n_used || 0;
+    const rows = sum(report.layers || [], "remote_rows"), slots = sum(report.layers || [], "remote_slots");
+    const out = rows * (E * 4 + 2 * k * 4);
+    const back_exact = report.config && report.config.mode === "experts" ? slots * E * 4 : rows * E * 4;
+    return { needed: out + back_exact, minimal: out + rows * E * 4, n_embd: E, n_used: k };
+}
+
+/// Per-layer averages per call (ms): MoE handling in total, local compute (with packing and sending),
+/// waiting for workers after the local part was done.
+function layer_rows(report) {
+    return (report.layers || []).map((l) => {
+        const c = Math.max(1, l.calls);
+        return { il: l.il, calls: l.calls, rows: l.rows, remote_rows: l.remote_rows, remote_slots: l.remote_slots,
+                 ms: l.ms / c, ms_local: l.ms_local / c, ms_wait: l.ms_wait / c };
+    });
+}
+
+/// Everything the bench reports about one phase run.
+function phase_record(meta, run, report) {
+    const kind = meta.kind;
+    const tokens = phase_tokens(kind, run);
+    const layers = layer_rows(report);
+    const L = Math.max(1, layers.length);
+    const workers = report.workers || [];
+    const bytes = sum(workers, "bytes_out") + sum(workers, "bytes_in");
+    const pay = payload_bytes(report);
+    const wire = meta.net !== "lo" ? meta.wire_tx + meta.wire_rx : null;
+    const moe_ms = layers.reduce((a, l) => a + l.ms, 0);
+    const step_ms = phase_step_ms(kind, run);
+    return {
+        model: meta.model, variant: meta.variant, net: meta.net, placement: meta.placement, phase: kind,
+        tokens, n_moe_layers: layers.length, step_ms, moe_ms_per_step: moe_ms, moe_share: moe_ms / step_ms,
+        layers,
+        bytes_per_token_layer: bytes / (tokens * L),
+        needed_per_token_layer: pay.needed / (tokens * L),
+        minimal_per_token_layer: pay.minimal / (tokens * L),
+        bytes_vs_needed: pay.needed > 0 ? bytes / pay.needed : null,
+        bytes_vs_minimal: pay.minimal > 0 ? bytes / pay.minimal : null,
+        headers_per_token_layer: (2 * HEADER_BYTES * sum(workers, "requests")) / (tokens * L),
+        veth_per_token_layer: wire === null ? null : wire / (tokens * L),
+        veth_vs_needed: wire === null || pay.needed === 0 ? null : wire / pay.needed,
+        workers: workers.map((w) => ({ endpoint: w.endpoint, experts: w.identity ? w.identity.experts : "",
+                                       requests: w.requests, bytes_out: w.bytes_out, bytes_in: w.bytes_in,
+                                       rtt_ms_p50: w.rtt_ms_p50, rtt_ms_p99: w.rtt_ms_p99 })),
+    };
+}
+
+module.exports = { phase_record, payload_bytes, phase_tokens, phase_step_ms };

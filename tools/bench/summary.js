@@ -1,0 +1,168 @@
+// make bench (tools/run-bench.sh): turns the runs in OUT/runs into OUT/bench.json, OUT/table.md
+// (printed too) and OUT/trace-<model>.json (one decode step per variant, Chrome trace events).
+//   node tools/bench/summary.js OUT
+// Exit 0; 1 when a distributed run's logits differ from the single-node run's or a report shows a
+// region not handled as configured, a fallback or a failed hash; 2 when OUT/runs has no runs.
+"use strict";
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const { read_json, median, summary, fmt, tidy } = require("./stats.js");
+const { phase_record } = require("./phase.js");
+const { build_trace } = require("./trace.js");
+const { amdahl_rows, target_rows } = require("./targets.js");
+const { floor_rows } = require("./floor.js");
+const tables = require("./tables.js");
+
+const OUT = process.argv[2];
+const RUNS = path.join(OUT || ".", "runs");
+
+function load_runs() {
+    let names = [];
+    try { names = fs.readdirSync(RUNS).filter((n) => n.endsWith(".meta.json")).sort(); } catch (e) { names = []; }
+    return names.map((n) => {
+        const meta = read_json(path.join(RUNS, n));
+        if (!meta) return null;
+        meta.run_json = read_json(path.join(RUNS, meta.run));
+        meta.report_json = meta.report ? read_json(path.join(RUNS, meta.report)) : null;
+        return meta;
+    }).filter(Boolean);
+}
+
+/// Problems a finished run shows (empty when it is sound).
+function run_problems(r) {
+    const p = [];
+    if (r.rc !== 0) return [`status ${r.rc}`];
+    if (!r.run_json) return ["no moezip-run JSON"];
+    if (r.mode === "none") return p;
+    const rep = r.report_json;
+    if (!rep) return ["no moezip report"];
+    if (rep.state !== "active") p.push(`preload ${rep.state}: ${rep.passthrough_reason || ""}`);
+    if (r.mode !== "observe" && rep.checks && rep.checks.regions_passthrough > 0)
+        p.push(`${rep.checks.regions_passthrough} regions passthrough`);
+    if (rep.errors && rep.errors.count > 0) p.push(`${rep.errors.count} errors: ${rep.errors.first[0]}`);
+    for (const w of rep.workers || []) {
+        if (w.fallbacks > 0 || w.hash_failed > 0 || w.errors > 0 || w.refused)
+            p.push(`worker ${w.endpoint}: fallbacks ${w.fallbacks}, hash_failed ${w.hash_failed}, errors ${w.errors} ${w.refused || ""}`);
+    }
+    return p;
+}
+
+const key = (...xs) => xs.join("|");
+
+/// Timed runs grouped by (model, variant, net, placement), with tok/s, ratios, RSS and logits identity.
+function timed_groups(runs) {
+    const timed = runs.filter((r) => r.kind === "timed");
+    const groups = new Map();
+    for (const r of timed) {
+        const k = key(r.model, r.variant, r.net, r.placement);
+        if (!groups.has(k)) groups.set(k, []);
+        groups.get(k).push(r);
+    }
+    const ok = (rs) => rs.filter((r) => r.rc === 0 && r.run_json);
+    const tok = (rs, ph) => ok(rs).map((r) => r.run_json[ph].tok_s);
+    const reference = new Map();  // model -> logits of a single-node run
+    for (const r of ok(timed)) if (r.variant === "single" && !reference.has(r.model)) reference.set(r.model, r.run_json.logits_xxh3);
+    const out = [];
+    for (const [k, rs] of groups) {
+        const r0 = rs[0];
+        const base = groups.get(key(r0.model, "single", "lo", r0.placement)) || [];
+        const g = {
+            model: r0.model, variant: r0.variant, mode: r0.mode, n_workers: r0.n_workers, net: r0.net,
+            placement: r0.placement, rows_share: r0.rows_share, host_core: r0.host_core, worker_core: r0.worker_core, runs: rs.length,
+            failed: rs.filter((r) => r.rc !== 0).length,
+            prefill: summary(tok(rs, "prefill")), decode: summary(tok(rs, "decode")),
+            coordinator_rss_mib: median(ok(rs).map((r) => r.host_maxrss_kib / 1024)),
+            worker_rss_mib: r0.worker_hwm_kib.map((_, i) => median(ok(rs).map((r) => r.worker_hwm_kib[i] / 1024))),
+            worker_expert_mib: r0.worker_expert_mib,
+            loadavg_median: median(rs.map((r) => r.loadavg[0])),
+            problems: [...new Set(rs.flatMap(run_problems))],
+        };
+        const ref = reference.get(g.model);
+        g.identical_logits = ref ? ok(rs).every((r) => JSON.stringify(r.run_json.logits_xxh3) === JSON.stringify(ref)) : null;
+        for (const ph of ["prefill", "decode"]) {
+            const b = median(tok(base, ph));
+            g[ph].ratio_to_single = b && g[ph].median !== null ? g[ph].median / b : null;
+        }
+        g.notes = [];
+        if (g.n_workers === 2) g.notes.push("3 processes on 2 cores: both workers share one core");
+        if (g.net !== "lo") g.notes.push(`tbf ${g.net}bit veth, no added delay (no netem)`);
+        out.push(g);
+    }
+    return out;
+}
+
+function phase_records(runs) {
+    return runs.filter((r) => (r.kind === "prefill" || r.kind === "decode") && r.rc === 0 && r.run_json && r.report_json)
+               .map((r) => phase_record(r, r.run_json, r.report_json));
+}
+
+/// Requirement 3: the coordinator's peak RSS with experts owned by workers, against the single node's
+/// and the bytes of the expert weights it does not own.
+function memory_rows(groups) {
+    const out = [];
+    const models = [...new Set(groups.map((g) => g.model))];
+    for (const m of models) {
+        const single = median(groups.filter((g) => g.model === m && g.variant === "single").map((g) => g.coordinator_rss_mib));
+        for (const v of ["rows1", "experts1", "experts2"]) {
+            const gs = groups.filter((g) => g.model === m && g.variant === v && g.net === "lo");
+            if (!gs.length) continue;
+            const not_owned = v === "rows1" ? 0 : gs[0].worker_expert_mib.reduce((a, b) => a + b, 0);
+            out.push({ model: m, variant: v, single_rss_mib: single,
+                       coordinator_rss_mib: median(gs.map((g) => g.coordinator_rss_mib)),
+                       worker_rss_mib: gs[0].worker_rss_mib, not_owned_expert_mib: not_owned,
+                       rss_if_not_owned_were_not_loaded_mib: single !== null ? single - not_owned : null });
+        }
+    }
+    return out;
+}
+
+function main() {
+    const runs = load_runs();
+    if (runs.length === 0) {
+        console.error(`bench: error: no runs in ${RUNS}`);
+        process.exit(2);
+    }
+    const groups = timed_groups(runs);
+    const phases = phase_records(runs);
+    const amdahl = amdahl_rows(groups, phases);
+    const memory = memory_rows(groups);
+    const floor = floor_rows(phases);
+    const targets = target_rows(groups, phases, amdahl);
+    const failed = runs.filter((r) => r.rc !== 0).map((r) => r.id);
+    const bench = {
+        schema: "moezip-bench/1",
+        date: new Date().toISOString(),
+        machine: { cpu: (os.cpus()[0] || {}).model, cores: os.cpus().length, kernel: os.release(),
+                   mem_gib: os.totalmem() / 2 ** 30 },
+        settings: runs[0] && { load: runs[0].load, rows_share: runs[0].rows_share, pinned: runs[0].pinned,
+                               prefill: runs[0].n_prefill, ubatch: runs[0].n_ubatch, decode: runs[0].n_decode },
+        seconds: Number(process.env.BENCH_SECONDS) || null,
+        loadavg_median: median(runs.map((r) => r.loadavg[0])),
+        notes: [process.env.BENCH_NOTE || "", "no netem on this kernel: emulated links are rate-limited (tbf) but add no delay"]
+            .filter(Boolean),
+        failed_runs: failed,
+        groups, phases, amdahl, floor, memory, targets,
+        traces: [],
+    };
+    for (const m of [...new Set(phases.map((p) => p.model))]) {
+        const t = build_trace(m, phases.filter((p) => p.model === m));
+        if (t.traceEvents.length === 0) continue;
+        const file = path.join(OUT, `trace-${m}.json`);
+        fs.writeFileSync(file, JSON.stringify(t));
+        bench.traces.push(file);
+    }
+    const text = tables.render(bench);
+    fs.writeFileSync(path.join(OUT, "bench.json"), JSON.stringify(tidy(bench), null, 1) + "\n");
+    fs.writeFileSync(path.join(OUT, "table.md"), text);
+    console.log(text);
+    console.log(`bench: wrote ${path.join(OUT, "bench.json")}, ${path.join(OUT, "table.md")}` +
+                (bench.traces.length ? `, ${bench.traces.map((f) => path.basename(f)).join(", ")}` : ""));
+    const bad = groups.filter((g) => g.problems.length || g.identical_logits === false);
+    for (const g of bad)
+        console.error(`bench: problem: ${g.model} ${g.variant} ${g.net} ${g.placement}: ` +
+                      `${g.identical_logits === false ? "logits differ from the single-node run; " : ""}${g.problems.join("; ")}`);
+    process.exit(bad.length ? 1 : 0);
+}
+
+main();

@@ -1,0 +1,78 @@
+// make bench: the Amdahl bound of each mode and the targets of the performance issue.
+//
+// MoE share p (per model and phase) = sum over layers of the report's `ms` in a local-mode phase run
+// / the step time of that run (prefill: the prompt's llama_decode; decode: the mean decode step).
+// Bounds on the speedup over one node, with no transfer cost and perfect overlap:
+//   observe, local         1 (nothing runs in parallel)
+//   rows1 prefill          1 / ((1 - p) + p * max(s, 1 - s)), s = the coordinator's row share
+//   rows1 decode           1 (one row per region is below rows.min_rows: computed locally)
+//   experts1               1 / ((1 - p) + p / 2) (the experts split in halves between two cores)
+//   experts2               1 (both workers share one core while the coordinator's core waits)
+"use strict";
+
+function moe_share(phases, model, phase) {
+    const r = phases.find((p) => p.model === model && p.variant === "local" && p.net === "lo" && p.phase === phase);
+    return r ? r.moe_share : null;
+}
+
+/// The speedup bound of a variant in a phase for MoE share p and rows share s.
+function amdahl_bound(variant, phase, p, s) {
+    if (p === null) return null;
+    if (variant === "rows1" && phase === "prefill") return 1 / (1 - p + p * Math.max(s, 1 - s));
+    if (variant === "experts1") return 1 / (1 - p + p / 2);
+    return 1;
+}
+
+function amdahl_rows(groups, phases) {
+    const out = [];
+    for (const g of groups) {
+        if (g.variant === "single") continue;
+        for (const ph of ["prefill", "decode"]) {
+            const p = moe_share(phases, g.model, ph);
+            const bound = amdahl_bound(g.variant, ph, p, g.rows_share);
+            const measured = g[ph].ratio_to_single;
+            out.push({ model: g.model, variant: g.variant, net: g.net, placement: g.placement, phase: ph,
+                       moe_share: p, bound, measured,
+                       fraction_of_bound: bound && measured !== null ? measured / bound : null });
+        }
+    }
+    return out;
+}
+
+function check(list, target, threshold, row, value) {
+    if (value === null || value === undefined) return;
+    list.push(Object.assign({ target, threshold, value, met: value >= threshold }, row));
+}
+
+/// One row per (target, case): value, threshold and met (value >= threshold, or <= for the byte targets).
+function target_rows(groups, phases, amdahl) {
+    const t = [];
+    for (const g of groups) {
+        const row = { model: g.model, variant: g.variant, net: g.net, placement: g.placement };
+        for (const ph of ["prefill", "decode"]) {
+            if ((g.variant === "observe" || g.variant === "local") && g.net === "lo")
+                check(t, "observe/local >= 0.98x unhooked", 0.98, Object.assign({ phase: ph }, row), g[ph].ratio_to_single);
+        }
+        if (g.variant.startsWith("experts") && g.net === "lo")
+            check(t, "experts mode on loopback: decode >= 0.9x single node", 0.9, Object.assign({ phase: "decode" }, row),
+                  g.decode.ratio_to_single);
+    }
+    for (const a of amdahl) {
+        if (a.variant === "rows1" && a.phase === "prefill")
+            check(t, "rows mode, one worker: prefill >= 90% of the Amdahl bound", 0.9,
+                  { model: a.model, variant: a.variant, net: a.net, placement: a.placement, phase: "prefill" },
+                  a.fraction_of_bound);
+    }
+    for (const p of phases) {
+        if (p.bytes_vs_needed === null || !p.workers.length) continue;
+        const row = { model: p.model, variant: p.variant, net: p.net, placement: p.placement, phase: p.phase };
+        t.push(Object.assign({ target: "bytes per token per layer <= 1.1x the mode's payload (app bytes)", threshold: 1.1,
+                               value: p.bytes_vs_needed, met: p.bytes_vs_needed <= 1.1 }, row));
+        if (p.veth_vs_needed !== null)
+            t.push(Object.assign({ target: "bytes per token per layer <= 1.1x the mode's payload (veth frames)", threshold: 1.1,
+                                   value: p.veth_vs_needed, met: p.veth_vs_needed <= 1.1 }, row));
+    }
+    return t;
+}
+
+module.exports = { amdahl_rows, target_rows, amdahl_bound };

@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# make bench: measures moezip against the unhooked engine and writes $BUILD/bench/bench.json plus a
+# table (method and results: docs/performance.md).
+#
+# Per model, one loop of repetitions; each repetition runs every (variant, network, core placement)
+# once, the order reversed on every other repetition (A B C, C B A, ...), so drift of this shared VM
+# falls on all variants alike. Variants:
+#   single    unhooked moezip-run (no LD_PRELOAD)            observe   preload, mode "observe"
+#   local     preload computes the MoE regions itself         rows1     rows mode, one worker, 50/50
+#   experts1  experts mode: coordinator owns the first half of the experts, one worker the second half
+#   experts2  experts mode: coordinator owns none, two workers a half each (3 processes on 2 cores)
+# Every process has one engine thread and is pinned to a core (taskset). Placement h0 = coordinator on
+# core 0, workers on core 1; h1 = swapped. Each run records moezip-run's JSON (prefill 512 tokens in
+# one ubatch of 512, then 64 decode steps), the preload's report, the coordinator's peak RSS
+# (/usr/bin/time %M), each worker's VmHWM (read just before SIGTERM) and, in network namespaces,
+# the veth byte counters. Besides the timed runs, untimed "phase" runs per variant on placement h0 give
+# reports of prefill only (-n 1) and of decode only (a 1-token prompt, 64 steps), since the report sums
+# a whole run. Networks: lo (loopback TCP) and, as root, coordinator and workers in their own network
+# namespaces joined by veth pairs shaped with tbf to 1 and 10 Gbit/s (tools/bench/netns.sh; no delay:
+# this kernel has no netem).
+#
+# Environment (all optional):
+#   BUILD               build folder (default build); models are cached in $BUILD/bench/models
+#   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
+#   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions, networks only for experts1
+#   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: all)
+#   BENCH_REPS          repetitions (default 5)
+#   BENCH_VARIANTS      timed variants on loopback for every model (default: per model, see plan_for)
+#   BENCH_NETS          emulated links: "1g 10g" (default), a subset, or "none"
+#   BENCH_NET_VARIANTS  variants run over the emulated links (default "rows1 experts1")
+#   BENCH_NET_MODELS    models that get the emulated links (default a3b-L4-q8_0)
+#   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
+#                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
+#   BENCH_ROWS_SHARE    rows mode: the coordinator's share of each region's rows (default 0.5)
+#   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
+# Exit status: 0 when every run finished and every distributed run matched the single-node logits;
+# 1 otherwise ("bench: error: ..." lines name the problem).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+SHARED=${MOEZIP_SHARED:-$ROOT/../shared}
+BIN=$ROOT/$BUILD/bin
+PRELOAD=$ROOT/$BUILD/libmoezip.so
+OUT=$ROOT/$BUILD/bench
+MODELS_DIR=$OUT/models
+RUNS=$OUT/runs
+QUICK=${BENCH_QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+    MODELS=${BENCH_MODELS:-a3b-L4-q8_0}; REPS=${BENCH_REPS:-3}; NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1}
+else
+    MODELS=${BENCH_MODELS:-a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8}; REPS=${BENCH_REPS:-5}
+    NET_VARIANTS=${BENCH_NET_VARIANTS:-rows1 experts1}
+fi
+NETS=${BENCH_NETS:-1g 10g}
+[ "$NETS" = none ] && NETS=""
+NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
+LOAD=${BENCH_LOAD:-mmap}
+ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
+N_PREFILL=${BENCH_PREFILL:-512}
+N_UBATCH=${BENCH_UBATCH:-512}
+N_DECODE=${BENCH_DECODE:-64}
+RUN_TIMEOUT=900     # seconds per host run
+WORKER_WAIT=120     # seconds for a worker's ready line
+
+die() { echo "bench: error: $*" >&2; exit 1; }
+say() { echo "bench: $(date +%H:%M:%S) $*"; }
+
+source "$ROOT/tools/bench/netns.sh"
+
+# ---- checks ----
+case "$LOAD" in mmap|anon) ;; *) die "BENCH_LOAD must be mmap or anon, got '$LOAD'";; esac
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
+for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
+for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle"; do
+    [ -e "$f" ] || die "$f is missing (run make, or make BUILD=$BUILD build-all)"
+done
+command -v node >/dev/null || die "node is not installed (make deps installs nodejs)"
+[ -x /usr/bin/time ] || die "/usr/bin/time is missing (make deps installs the Debian package 'time')"
+N_CPU=$(nproc 2>/dev/null || echo 1)
+PIN=0
+if [ "$N_CPU" -ge 2 ] && command -v taskset >/dev/null; then PIN=1; fi
+for m in $MODELS; do
+    case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
+done
+for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
+    case "$v" in single|observe|local|rows1|experts1|experts2) ;; *) die "unknown variant '$v'";; esac
+done
+for n in $NETS; do case "$n" in 1g|10g) ;; *) die "BENCH_NETS: unknown link '$n' (1g, 10g or none)";; esac; done
+NET_NOTE=""
+if [ -n "$NETS" ]; then
+    if ! why=$(net_available); then NET_NOTE="emulated links skipped: $why"; NETS=""; fi
+fi
+
+mkdir -p "$OUT" "$MODELS_DIR"
+exec 9> "$OUT/.lock"
+flock -n 9 || die "another bench is running (lock $OUT/.lock)"
+rm -rf "$RUNS"
+mkdir -p "$RUNS"
+
+# ---- cleanup: every process this script started (by pid) and the namespaces, on any exit ----
+HOST_PID=""
+WORKER_PIDS=()
+NET_UP=0
+TMPW=$(mktemp -d "${TMPDIR:-/tmp}/moezip-bench.XXXXXX")
+stop_pid() {  # pid: TERM its process group, then KILL after 5 s
+    local pid=$1
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$HOST_PID" ] && stop_pid "$HOST_PID"
+    local pid
+    for pid in "${WORKER_PIDS[@]+"${WORKER_PIDS[@]}"}"; do stop_pid "$pid"; done
+    [ "$NET_UP" = 1 ] && net_teardown
+    rm -rf "$TMPW"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "bench: interrupted" >&2; exit 130' INT
+trap 'echo "bench: terminated" >&2; exit 143' TERM
+
+# ---- models ----
+model_path() { echo "$MODELS_DIR/$1.gguf"; }
+prepare_model() {  # name: writes the model once, reuses it after
+    local m=$1 p
+    p=$(model_path "$m")
+    [ -s "$p" ] && return 0
+    say "writing model $m (cached in $MODELS_DIR; a3b q8_0 ~1 min, a3b-L4 q4_K ~4 min)"
+    case "$m" in
+        a3b-L4-q8_0) "$BIN/moezip-fixture" --preset a3b-L4 --type q8_0 -o "$p.tmp" ;;
+        a3b-L8-q8_0) "$BIN/moezip-fixture" --preset a3b-L8 --type q8_0 -o "$p.tmp" ;;
+        a3b-L4-q4_K) "$BIN/moezip-fixture" --preset a3b-L4 --type q4_K -o "$p.tmp" ;;
+        stories-moe8)
+            [ -f "$SHARED/fixtures/stories260K.gguf" ] || die "$SHARED/fixtures/stories260K.gguf is missing (set MOEZIP_SHARED)"
+            "$BIN/moezip-upcycle" -i "$SHARED/fixtures/stories260K.gguf" -o "$p.tmp" --n-expert 8 --n-expert-used 2 ;;
+    esac > "$MODELS_DIR/$m.log" 2>&1 || die "could not write model $m: $(tail -3 "$MODELS_DIR/$m.log")"
+    mv "$p.tmp" "$p"
+}
+model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
+
+# plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The full set on the
+# 4-layer q8_0 model and the tiny real model; on the others the variants that answer their question
+# (8 layers: twice the round trips per token; q4_K: another weight type), to keep the default run
+# within ~25 minutes. `local` always gets phase runs (the MoE share for the Amdahl bound).
+plan_for() {
+    if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
+    case "$1" in
+        a3b-L8-q8_0) echo "single experts1" ;;
+        a3b-L4-q4_K) echo "single rows1 experts1" ;;
+        *) echo "single observe local rows1 experts1 experts2" ;;
+    esac
+}
+
+# ---- workers ----
+# start_worker IDX CORE NETNS BIND MODEL EXPERTS: background worker (own process group), endpoint in W_EP[IDX]
+W_EP=()
+W_MIB=()
+start_worker() {
+    local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() t pid
+    [ -n "$ns" ] && pre+=(ip netns exec "$ns")
+    [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
+    [ "$LOAD" = mmap ] && args+=(--mmap)
+    [ -n "$experts" ] && args+=(--experts "$experts")
+    rm -f "$TMPW/w$i.out" "$TMPW/w$i.err"
+    setsid "${pre[@]+"${pre[@]}"}" "$BIN/moezip-worker" --model "$model" --bind "$bind" --threads 1 \
+        "${args[@]+"${args[@]}"}" > "$TMPW/w$i.out" 2> "$TMPW/w$i.err" &
+    pid=$!
+    WORKER_PIDS+=("$pid")
+    for t in $(seq $((WORKER_WAIT * 20))); do
+        if grep -q '^moezip-worker: serving' "$TMPW/w$i.out" 2>/dev/null; then
+            W_EP[$i]=$(sed -n 's/^moezip-worker: serving \([^ ]*\) .*/\1/p' "$TMPW/w$i.out")
+            W_MIB[$i]=$(sed -n 's/.*, \([0-9.]*\) MiB of expert weights.*/\1/p' "$TMPW/w$i.out")
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || { echo "bench: worker $i exited before it was ready: $(tail -3 "$TMPW/w$i.err")" >&2; return 1; }
+        sleep 0.05
+    done
+    echo "bench: worker $i printed no ready line within $WORKER_WAIT s" >&2
+    return 1
+}
+# stop_workers: VmHWM (KiB) of each into W_HWM, then TERM; the worker prints its counters and exits.
+W_HWM=()
+stop_workers() {
+    local pid i=0
+    W_HWM=()
+    for pid in "${WORKER_PIDS[@]+"${WORKER_PIDS[@]}"}"; do
+        W_HWM[$i]=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+        [ -n "${W_HWM[$i]}" ] || W_HWM[$i]=0
+        i=$((i + 1))
+    done
+    for pid in "${WORKER_PIDS[@]+"${WORKER_PIDS[@]}"}"; do stop_pid "$pid"; done
+    WORKER_PIDS=()
+}
+
+# ---- one run ----
+# write_config FILE MODE REPORT EXPERTS_LOCAL then worker lines "ENDPOINT|SHARE|EXPERTS" on stdin
+write_config() {
+    local file=$1 mode=$2 report=$3 local_experts=$4 ep share ex
+    {
+        echo "mode = \"$mode\""
+        echo "report = \"$report\""
+        echo "report_flush_ms = 0"
+        echo "no_repack = true"
+        [ "$mode" != observe ] && echo "require_intercept = true"
+        echo "[dispatch]"
+        echo "timeout_ms = 120000"
+        echo "connect_timeout_ms = 20000"
+        echo "on_worker_error = \"abort\""
+        case "$mode" in
+            rows) echo "[rows]"; echo "local_share = $ROWS_SHARE" ;;
+            experts) echo "[experts]"; echo "local = \"$local_experts\"" ;;
+        esac
+        while IFS='|' read -r ep share ex; do
+            echo "[[worker]]"
+            echo "endpoint = \"$ep\""
+            if [ "$mode" = rows ]; then echo "share = $share"; fi
+            if [ "$mode" = experts ]; then echo "experts = \"$ex\""; fi
+        done
+    } > "$file"
+}
+
+# run_one MODEL VARIANT NET PLACEMENT KIND REP: one host run (and its workers); appends to $RUNS.
+# KIND: timed (prefill + decode), prefill (-n 1), decode (1-token prompt, N_DECODE steps).
+N_RUN=0
+N_FAILED=0
+run_one() {
+    local m=$1 v=$2 net=$3 place=$4 kind=$5 rep=$6
+    local model E half id host_core wcore ns="" mode="" n_workers=0 local_ex="" wl="" i rc=0
+    model=$(model_path "$m")
+    E=$(model_n_expert "$m"); half=$((E / 2))
+    N_RUN=$((N_RUN + 1))
+    id=$(printf '%04d-%s-%s-%s-%s-%s-r%s' "$N_RUN" "$m" "$v" "$net" "$place" "$kind" "$rep")
+    host_core=${place#h}; wcore=$((1 - host_core))
+    [ "$net" != lo ] && ns=$NET_NS_HOST
+    case "$v" in
+        observe) mode=observe ;; local) mode=local ;;
+        rows1) mode=rows; n_workers=1 ;;
+        experts1) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
+        experts2) mode=experts; n_workers=2 ;;
+    esac
+    # workers
+    local wex=() wshare=() wns=() wbind=() ok=1
+    W_EP=(); W_MIB=(); W_HWM=()
+    case "$v" in
+        rows1) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
+        experts1) wex=("$half-$((E - 1))") ;;
+        experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
+    esac
+    for ((i = 0; i < n_workers; i++)); do
+        if [ "$net" = lo ]; then wns[$i]=""; wbind[$i]="tcp://127.0.0.1:*"
+        else wns[$i]=${NET_NS_WORKERS[$i]}; wbind[$i]="tcp://$(net_worker_addr "$i"):5601"; fi
+        start_worker "$i" "$wcore" "${wns[$i]}" "${wbind[$i]}" "$model" "${wex[$i]}" || { ok=0; break; }
+        wl+="${W_EP[$i]}|${wshare[$i]:-0}|${wex[$i]}"$'\n'
+    done
+    # host
+    local pre=() envs=() args=() cfg="$RUNS/$id.toml" report="$RUNS/$id.report.json" t0 t1 la0 la1 wire0="0 0" wire1="0 0"
+    args=(-m "$model" -b "$N_UBATCH" -t 1 --no-repack --quiet --json "$RUNS/$id.run.json")
+    case "$kind" in
+        timed) args+=(--fixture "$N_PREFILL" -n "$((N_DECODE + 1))") ;;
+        prefill) args+=(--fixture "$N_PREFILL" -n 1) ;;
+        decode) args+=(--fixture 1 -n "$((N_DECODE + 1))") ;;
+    esac
+    [ "$LOAD" = anon ] && args+=(--no-mmap)
+    if [ -n "$mode" ]; then
+        printf '%s' "$wl" | write_config "$cfg" "$mode" "$report" "$local_ex"
+        envs=(env "LD_PRELOAD=$PRELOAD" "MOEZIP_CONFIG=$cfg")
+    fi
+    [ -n "$ns" ] && pre+=(ip netns exec "$ns")
+    [ "$PIN" = 1 ] && pre+=(taskset -c "$host_core")
+    [ -n "$ns" ] && wire0=$(net_bytes)
+    la0=$(cut -d' ' -f1 /proc/loadavg)
+    t0=$(date +%s%N)
+    if [ "$ok" = 1 ]; then
+        timeout --kill-after=10 "$RUN_TIMEOUT" /usr/bin/time -o "$RUNS/$id.time" -f '%M %e %U %S' \
+            "${pre[@]+"${pre[@]}"}" "${envs[@]+"${envs[@]}"}" "$BIN/moezip-run" "${args[@]}" \
+            > /dev/null 2> "$RUNS/$id.err" &
+        HOST_PID=$!
+        wait "$HOST_PID" || rc=$?
+        HOST_PID=""
+    else
+        rc=97
+    fi
+    t1=$(date +%s%N)
+    la1=$(cut -d' ' -f1 /proc/loadavg)
+    [ -n "$ns" ] && wire1=$(net_bytes)
+    stop_workers
+    local rss=0 hwm="" mib=""
+    [ -f "$RUNS/$id.time" ] && rss=$(tail -1 "$RUNS/$id.time" | awk '{print ($1 ~ /^[0-9]+$/) ? $1 : 0}')
+    for ((i = 0; i < n_workers; i++)); do
+        hwm+="${hwm:+,}${W_HWM[$i]:-0}"; mib+="${mib:+,}${W_MIB[$i]:-0}"
+    done
+    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d}\n' \
+        "$id" "$m" "$v" "${mode:-none}" "$n_workers" "$net" "$place" "$host_core" "$wcore" "$kind" "$rep" "$LOAD" "$ROWS_SHARE" \
+        "$rc" "$(( (t1 - t0) / 1000000 ))" "${rss:-0}" "$hwm" "$mib" \
+        "$(( ${wire1% *} - ${wire0% *} ))" "$(( ${wire1#* } - ${wire0#* } ))" "$la0" "$la1" \
+        "$id.run.json" "$([ -n "$mode" ] && echo "$id.report.json")" "$([ "$PIN" = 1 ] && echo true || echo false)" \
+        "$N_PREFILL" "$N_UBATCH" "$N_DECODE" > "$RUNS/$id.meta.json"
+    if [ "$rc" -ne 0 ]; then
+        N_FAILED=$((N_FAILED + 1))
+        echo "bench: run $id failed (status $rc): $(grep -v '^moezip\[' "$RUNS/$id.err" | tail -2 | tr '\n' ' ')" >&2
+    elif [ "$kind" = timed ]; then
+        node "$ROOT/tools/bench/progress.js" "$RUNS/$id.meta.json" "$RUNS/$id.run.json" || true
+    fi
+}
+
+# ---- the schedule ----
+PLACES="h0 h1"
+[ "$PIN" = 1 ] || PLACES="h0"
+
+say "models: $MODELS; repetitions: $REPS; load: $LOAD; prefill $N_PREFILL (ubatch $N_UBATCH), decode $N_DECODE"
+say "links: lo${NETS:+ $NETS} (net variants: $NET_VARIANTS on $NET_MODELS)${NET_NOTE:+; $NET_NOTE}"
+[ "$PIN" = 1 ] || say "fewer than 2 cores (or no taskset): processes are not pinned, one placement only"
+say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $N_CPU cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+T_START=$(date +%s)
+
+if [ -n "$NETS" ]; then
+    net_setup || die "could not create the network namespaces (see above)"
+    NET_UP=1
+fi
+
+for m in $MODELS; do
+    prepare_model "$m"
+    variants=$(plan_for "$m")
+    nets_here=""
+    for x in $NET_MODELS; do [ "$x" = "$m" ] && nets_here=$NETS; done
+    # combos of this model: "variant net placement"
+    combos=()
+    for v in $variants; do for p in $PLACES; do combos+=("$v lo $p"); done; done
+    for v in $NET_VARIANTS; do for n in $nets_here; do for p in $PLACES; do combos+=("$v $n $p"); done; done; done
+
+    say "$m: warm-up (page cache, one unhooked run per core)"
+    cat "$(model_path "$m")" > /dev/null
+    for p in $PLACES; do run_one "$m" single lo "$p" decode 0; done
+
+    # phase runs (placement h0): local and every distributed variant, per link
+    phase=()
+    for v in local $variants; do case "$v" in local|rows1|experts1|experts2) phase+=("$v lo");; esac; done
+    for v in $NET_VARIANTS; do for n in $nets_here; do phase+=("$v $n"); done; done
+    seen=" "
+    for c in "${phase[@]}"; do
+        case "$seen" in *" $c "*) continue;; esac
+        seen+="$c "
+        read -r v n <<< "$c"
+        [ "$n" != lo ] && net_shape "${n}bit"
+        run_one "$m" "$v" "$n" h0 prefill 0
+        [ "$v" != rows1 ] && run_one "$m" "$v" "$n" h0 decode 0   # rows mode decodes locally (min_rows 2)
+    done
+
+    say "$m: ${#combos[@]} runs per repetition x $REPS"
+    for ((rep = 1; rep <= REPS; rep++)); do
+        order=("${combos[@]}")
+        if ((rep % 2 == 0)); then
+            order=(); for ((i = ${#combos[@]} - 1; i >= 0; i--)); do order+=("${combos[$i]}"); done
+        fi
+        for c in "${order[@]}"; do
+            read -r v n p <<< "$c"
+            [ "$n" != lo ] && net_shape "${n}bit"
+            run_one "$m" "$v" "$n" "$p" timed "$rep"
+        done
+    done
+done
+
+if [ "$NET_UP" = 1 ]; then net_teardown; NET_UP=0; fi
+rm -rf "$TMPW"
+T_END=$(date +%s)
+say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
+
+summary_rc=0
+BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
+[ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
+[ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"
