@@ -67,6 +67,8 @@ $(PRELOAD_LIB): $(PRELOAD_SHIMS:%.cpp=$(BUILD)/obj/%.o) $(CORE_LIB) preload/expo
 
 # objects of tools/<name>/*.cpp (a function, so that its % is not taken for the rule's stem)
 tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp))
+# keep tool objects: make would otherwise delete them as intermediates and recompile every time
+.SECONDARY:
 .SECONDEXPANSION:
 $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 	@mkdir -p $(dir $@)

@@ -153,9 +153,10 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 c.remote_rows += p.rows.size();
                 c.remote_slots += p.pairs.size();
                 if (exact) {
-                    const float * res = static_cast<const float *>(p.result.data());
+                    // libzmq may hand large frames back at addresses not aligned for float: copy bytes
+                    const char * res = static_cast<const char *>(p.result.data());
                     for (size_t q = 0; q < p.pairs.size(); ++q)
-                        memcpy(&slots_[(p.pairs[q].first * k + p.pairs[q].second) * E], res + q * E, E * sizeof(float));
+                        memcpy(&slots_[(p.pairs[q].first * k + p.pairs[q].second) * E], res + q * E * sizeof(float), E * sizeof(float));
                 }
                 continue;
             }
@@ -193,11 +194,14 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
         for (int64_t s = 0; s < k; ++s)
             if (!remote[t * k + s])
                 for (int64_t j = 0; j < E; ++j) out[t * E + j] += slots_[(t * k + s) * E + j];
+    std::vector<float> row((size_t) E);
     for (const Part & p : parts) {
         if (!p.done) continue;
-        const float * res = static_cast<const float *>(p.result.data());
-        for (size_t i = 0; i < p.rows.size(); ++i)
-            for (int64_t j = 0; j < E; ++j) out[p.rows[i] * E + j] += res[i * E + j];
+        const char * res = static_cast<const char *>(p.result.data());  // possibly unaligned (libzmq)
+        for (size_t i = 0; i < p.rows.size(); ++i) {
+            memcpy(row.data(), res + i * E * sizeof(float), E * sizeof(float));
+            for (int64_t j = 0; j < E; ++j) out[p.rows[i] * E + j] += row[j];
+        }
     }
     if (cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0) shadow_check(r);
     return Status::ok();
