@@ -371,6 +371,7 @@ T_END=$(date +%s)
 say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
 
 summary_rc=0
-BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
+BENCH_COMMIT=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown) \
+    BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
 [ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
 [ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"

@@ -83,6 +83,11 @@ function timed_groups(runs) {
         for (const ph of ["prefill", "decode"]) {
             const b = median(tok(base, ph));
             g[ph].ratio_to_single = b && g[ph].median !== null ? g[ph].median / b : null;
+            // the same ratio per repetition (this run / the single run of the same repetition), robust to drift
+            g[ph].paired_ratio_median = median(ok(rs).map((r) => {
+                const s = ok(base).find((x) => x.rep === r.rep);
+                return s ? r.run_json[ph].tok_s / s.run_json[ph].tok_s : NaN;
+            }));
         }
         g.notes = [];
         if (g.n_workers === 2) g.notes.push("3 processes on 2 cores: both workers share one core");
@@ -138,6 +143,7 @@ function main() {
         settings: runs[0] && { load: runs[0].load, rows_share: runs[0].rows_share, pinned: runs[0].pinned,
                                prefill: runs[0].n_prefill, ubatch: runs[0].n_ubatch, decode: runs[0].n_decode },
         seconds: Number(process.env.BENCH_SECONDS) || null,
+        commit: process.env.BENCH_COMMIT || null,
         loadavg_median: median(runs.map((r) => r.loadavg[0])),
         notes: [process.env.BENCH_NOTE || "", "no netem on this kernel: emulated links are rate-limited (tbf) but add no delay"]
             .filter(Boolean),

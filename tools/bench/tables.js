@@ -97,7 +97,7 @@ function render(b) {
         "",
         `Machine: ${b.machine.cpu}, ${b.machine.cores} cores, ${fmt(b.machine.mem_gib, 0)} GiB, kernel ${b.machine.kernel}. ` +
         `Median 1-min load average at run starts: ${fmt(b.loadavg_median, 2)} (this VM is shared with other engineers' builds and tests). ` +
-        `Total ${b.seconds ? Math.round(b.seconds / 60) + " min" : "?"}.`,
+        `Total ${b.seconds ? Math.round(b.seconds / 60) + " min" : "?"}; tree ${b.commit || "?"}.`,
         `Weights: ${s.load === "anon" ? "read into memory (--no-mmap; workers anonymous memory)" : "memory-mapped on every side (coordinator mmap, workers --mmap)"}; ` +
         `rows share of the coordinator ${s.rows_share}; ${s.pinned ? "every process pinned to one core, one engine thread" : "not pinned"}; ` +
         `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps.`,
