@@ -343,6 +343,10 @@ Status load_impl(const std::string & text, const std::string & name, Config & ou
         out.source = name;
         out.strict = cfg.strict;
         out.log = cfg.log;
+        // kept so that a bad file with require_intercept = true still fails the run loudly, and its
+        // report lands where the user looks for it
+        out.require_intercept = cfg.require_intercept;
+        out.report = cfg.report;
         return Status::invalid_argument(config_issues_join(name, std::move(issues)));
     }
     out = std::move(cfg);

@@ -104,9 +104,10 @@ struct Config {
 
 /// Reads and validates `path`. Errors: io_error naming the path (missing, unreadable, > 1 MiB);
 /// invalid_argument "FILE:LINE: KEY: expected ..., got ..." (one line per problem, in file order;
-/// syntax errors as "FILE:LINE:COL: ..."). On error `out` is reset to defaults except `strict` and
-/// `log`, which keep the file's value when that key itself was valid (so the caller can still apply
-/// the strict policy and log level).
+/// syntax errors as "FILE:LINE:COL: ..."). On error `out` is reset to defaults except `strict`,
+/// `log`, `require_intercept` and `report`, which keep the file's value when that key itself was
+/// valid (so the caller can still apply the strict and require_intercept policies, the log level
+/// and the report path).
 Status config_load_file(const std::string & path, Config & out);
 
 /// As config_load_file for TOML text; `name_for_messages` stands for FILE in messages.

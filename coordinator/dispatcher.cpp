@@ -39,7 +39,9 @@ void Dispatcher::shutdown() {
 Status Dispatcher::hello(Worker & w) {
     if (!ctx_) ctx_.reset(new zmq::context_t(1));
     if (!w.link) w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms));
-    w.link->set_timeout_ms(cfg_.dispatch.connect_timeout_ms);
+    // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
+    // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
+    w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
     nlohmann::json me = {{"protocol", kProtocolVersion}, {"ggml_commit", self_.ggml_commit},
                          {"cpu_variant", self_.variant.name}, {"cpu_build_id", self_.variant.build_id}};
     std::string text = me.dump();
@@ -159,8 +161,9 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     w.said_hello = false;  // probe with a fresh hello when the back-off ends
     if (w.link) w.link->reset();
     if (!w.logged_down) {
-        LOG_ERROR("worker %s failed: %s; computing its part here, retrying in %d ms", w.cfg->endpoint.c_str(),
-                  why.message().c_str(), w.backoff_ms);
+        const bool here = cfg_.dispatch.on_worker_error == WorkerErrorPolicy::local;
+        LOG_ERROR("worker %s failed: %s; %s, probing it again after %d ms (back-off doubling to 30 s)", w.cfg->endpoint.c_str(),
+                  why.message().c_str(), here ? "computing its part here" : "on_worker_error = \"abort\"", w.backoff_ms);
         w.logged_down = true;
     }
 }

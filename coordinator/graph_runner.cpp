@@ -116,7 +116,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
             ev_.add_error("layer " + std::to_string(r.il) + ": " + st.to_string());
             if (opt_.abort_on_handler_error) {
                 lock.unlock();
-                LOG_ERROR("layer %d: %s; stopping this compute (on_worker_error = \"abort\")", r.il, st.to_string().c_str());
+                LOG_ERROR("layer %d: %s; stopping this compute", r.il, st.to_string().c_str());
                 return GGML_STATUS_FAILED;
             }
             LOG_CAPPED(LogLevel::warn, "layer %d: %s; the engine recomputes this region", r.il, st.to_string().c_str());

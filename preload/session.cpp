@@ -180,6 +180,7 @@ void write_report(Session & s, bool complete) {
 
 // require_intercept: a distributed run that quietly bypassed moezip must not look like a success.
 std::string intercept_failure(Session & s) {
+    if (s.have_config && !s.config_ok && s.cfg.require_intercept) return "the config is invalid (" + s.why_passthrough + ")";
     if (!s.cfg.require_intercept || s.cfg.mode == ConfigMode::observe) return "";
     std::lock_guard<std::mutex> lock(s.ev_mu);
     if (s.state != State::active)

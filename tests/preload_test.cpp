@@ -197,3 +197,22 @@ TEST(Preload, ExportsOnlyTheHookedSymbols) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(Preload, BadConfigWithRequireInterceptFailsTheRunLoudly) {
+    // a config mistake must not turn a "fail if not distributed" run into a quiet single-node success
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("bad_config_require_intercept");
+    std::string cfg = dir + "/typo.toml";
+    std::ofstream(cfg) << "require_intercept = true\nmode = \"local\"\nno_repak = true\nreport = \"" << dir << "/r.json\"\n";
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
+                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_NE(r.err.find("typo.toml:3: no_repak"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("require_intercept: the config is invalid"), std::string::npos) << r.err;
+    json rep = load_json(dir + "/r.json");  // the report goes where the file said, even so
+    EXPECT_EQ(rep["state"], "passthrough");
+}
+
+} // namespace

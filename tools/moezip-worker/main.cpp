@@ -10,6 +10,7 @@
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config; exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
 #include "coordinator/config.h"
+#include "coordinator/config_internal.h"  // config_endpoint_valid
 #include "coordinator/expert_range.h"
 #include "coordinator/log.h"
 #include "tools/moezip-worker/worker_engine.h"
@@ -54,7 +55,11 @@ int main(int argc, char ** argv) {
     app.add_option("--threads", threads, "compute threads (default 1)")->check(CLI::Range(1, 256));
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError & e) {
+        return app.exit(e) == 0 ? 0 : 2;  // --help: 0; bad flags: CLI11 printed why (docs/worker.md: exit 2)
+    }
 
     WorkerSettings s;
     if (!config_path.empty()) {
@@ -79,6 +84,9 @@ int main(int argc, char ** argv) {
         if (s.experts.empty()) return fail(2, "--experts is empty (leave it out to serve every expert)");
     }
     if (s.model.empty()) return fail(2, "no model: give --model FILE (or model in the config's [worker_server])");
+    std::string why;
+    if (!moezip::config_endpoint_valid(s.bind, true, why))
+        return fail(2, "--bind " + s.bind + ": " + why + " (expected tcp://HOST:PORT with PORT 1..65535 or *, or ipc:///path)");
 
     moezip::WorkerServerOptions opt;
     opt.bind = s.bind;

@@ -1,0 +1,23 @@
+// moezip-worker's command line: mistakes are named and exit 2 before anything is loaded or bound.
+#include "tests/test_support.h"
+
+#include <gtest/gtest.h>
+
+using namespace moezip_test;
+
+TEST(WorkerCli, BadBindEndpointsAreRejectedWithTheExpectedForm) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    for (const char * bind : {"tcp://127.0.0.1:99999", "127.0.0.1:5720", "udp://127.0.0.1:5"}) {
+        CommandResult r = run_command({bin_path("moezip-worker"), "--model", model, "--bind", bind}, {}, 60);
+        EXPECT_EQ(r.exit_code, 2) << bind << ": " << r.err;
+        EXPECT_NE(r.err.find(std::string("--bind ") + bind), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("expected tcp://HOST:PORT"), std::string::npos) << r.err;
+        EXPECT_EQ(r.out.find("serving"), std::string::npos) << "must not start serving on another port: " << r.out;
+    }
+}
+
+TEST(WorkerCli, UnknownFlagExitsTwo) {
+    CommandResult r = run_command({bin_path("moezip-worker"), "--bogus"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--bogus"), std::string::npos) << r.err;
+}
