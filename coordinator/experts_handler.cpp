@@ -131,6 +131,8 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     Status st = compute_pairs_here(r, local_pairs);
     if (!st) return st;
     c.local_slots += local_pairs.size();
+    for (size_t i = 0; i < local_pairs.size(); ++i)  // rows with at least one slot computed here
+        if (i == 0 || local_pairs[i].first != local_pairs[i - 1].first) ++c.local_rows;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
 

@@ -198,6 +198,8 @@ std::string intercept_failure(Session & s) {
     if (fallbacks > 0)
         return std::to_string(fallbacks) + " worker parts were computed on this host after worker errors (layers " + layers +
                "): the run was not distributed as configured";
+    if (s.ev.provider_map.empty())
+        return "no MoE layer was found in any graph (is this a MoE model? moezip recognises build_moe_ffn's ffn_moe_* nodes)";
     if (s.ev.regions_handled == 0) return "no MoE region was handled";
     return "";
 }
