@@ -22,12 +22,13 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
-#   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions, networks only for experts1
+#   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
 #   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: all)
 #   BENCH_REPS          repetitions (default 5)
 #   BENCH_VARIANTS      timed variants on loopback for every model (default: per model, see plan_for)
 #   BENCH_NETS          emulated links: "1g 10g" (default), a subset, or "none"
-#   BENCH_NET_VARIANTS  variants run over the emulated links (default "rows1 experts1")
+#   BENCH_NET_VARIANTS  variants run over the emulated links (default "experts1"; "rows1 experts1" adds
+#                       about 4 minutes: rows mode moves 6 kB per prompt token per layer, experts mode 30-40 kB)
 #   BENCH_NET_MODELS    models that get the emulated links (default a3b-L4-q8_0)
 #   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
 #                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
@@ -47,11 +48,11 @@ MODELS_DIR=$OUT/models
 RUNS=$OUT/runs
 QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
-    MODELS=${BENCH_MODELS:-a3b-L4-q8_0}; REPS=${BENCH_REPS:-3}; NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1}
+    MODELS=${BENCH_MODELS:-a3b-L4-q8_0}; REPS=${BENCH_REPS:-3}
 else
     MODELS=${BENCH_MODELS:-a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8}; REPS=${BENCH_REPS:-5}
-    NET_VARIANTS=${BENCH_NET_VARIANTS:-rows1 experts1}
 fi
+NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1}
 NETS=${BENCH_NETS:-1g 10g}
 [ "$NETS" = none ] && NETS=""
 NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
@@ -146,7 +147,8 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 # plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The full set on the
 # 4-layer q8_0 model and the tiny real model; on the others the variants that answer their question
 # (8 layers: twice the round trips per token; q4_K: another weight type), to keep the default run
-# within ~25 minutes. `local` always gets phase runs (the MoE share for the Amdahl bound).
+# within ~25 minutes (a full default run took 26-30 min here). `local` always gets phase runs (the MoE
+# share for the Amdahl bound).
 plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     case "$1" in
@@ -317,6 +319,7 @@ say "links: lo${NETS:+ $NETS} (net variants: $NET_VARIANTS on $NET_MODELS)${NET_
 [ "$PIN" = 1 ] || say "fewer than 2 cores (or no taskset): processes are not pinned, one placement only"
 say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $N_CPU cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 T_START=$(date +%s)
+TREE=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)  # the sources at the start
 
 if [ -n "$NETS" ]; then
     net_setup || die "could not create the network namespaces (see above)"
@@ -371,7 +374,6 @@ T_END=$(date +%s)
 say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
 
 summary_rc=0
-BENCH_COMMIT=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown) \
-    BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
+BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
 [ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
 [ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"
