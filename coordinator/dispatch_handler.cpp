@@ -8,14 +8,6 @@
 
 namespace moezip {
 
-namespace {
-
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-} // namespace
-
 nlohmann::json DispatchHandler::workers_json() const {
     nlohmann::json j = disp_.stats_json();
     if (shadow_calls_ > 0) {

@@ -183,7 +183,7 @@ nlohmann::json Dispatcher::stats_json() const {
             j["identity"] = {{"cpu_variant", w.identity.value("cpu_variant", "")}, {"experts", w.identity.value("experts", "")},
                              {"ggml_commit", w.identity.value("ggml_commit", "")}};
         if (w.link) {
-            const WorkerStats & s = const_cast<WorkerLink &>(*w.link).stats();
+            const WorkerStats & s = w.link->stats();
             j.update({{"requests", s.requests}, {"rows", s.rows}, {"slots", s.pairs}, {"bytes_out", s.bytes_out},
                       {"bytes_in", s.bytes_in}, {"rtt_ms_p50", percentile(s.rtt_ms, 0.5)},
                       {"rtt_ms_p99", percentile(s.rtt_ms, 0.99)}, {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},

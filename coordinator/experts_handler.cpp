@@ -21,14 +21,6 @@ struct ExpertsHandler::Part {
     zmq::message_t result;                           // slots [n_embd, pairs] or row sums [n_embd, rows]
 };
 
-namespace {
-
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-} // namespace
-
 Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
     if (pairs.empty()) return Status::ok();
     const int64_t E = r.n_embd, k = r.n_used, P = (int64_t) pairs.size();
@@ -58,7 +50,7 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
 }
 
 void ExpertsHandler::shadow_check(const MoeRegion & r) {
-    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    const int64_t n = r.n_tokens, E = r.n_embd;
     std::vector<float> saved_slots;
     saved_slots.swap(slots_);
     shadow_out_.resize((size_t) (n * E));
@@ -78,7 +70,6 @@ void ExpertsHandler::shadow_check(const MoeRegion & r) {
     shadow_max_abs_ = std::max(shadow_max_abs_, max_abs);
     shadow_min_cos_ = std::min(shadow_min_cos_, cos);
     slots_.swap(saved_slots);
-    (void) k;
 }
 
 Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {

@@ -7,14 +7,6 @@
 
 namespace moezip {
 
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-} // namespace
-
 std::string GraphRunner::buffer_type_name(const ggml_tensor * t) const {
     if (t->buffer == nullptr) return "";
     std::string name = api_.ggml_backend_buffer_name(t->buffer);
@@ -109,7 +101,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
             std::lock_guard<std::mutex> hl(handler_mu_);
             st = handler_->compute(r, delta);
         }
-        double ms = ms_since(t0);
+        double ms = ms_between(t0, std::chrono::steady_clock::now());
         std::unique_lock<std::mutex> lock(mu_);
         LayerCounters & c = ev_.layers[r.il];
         if (!st) {

@@ -7,6 +7,7 @@
 #include "coordinator/status.h"
 #include "provider_map/moe_region.h"
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +35,11 @@ void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std:
 
 /// The expert weights of a region as the executor wants them.
 ExpertWeights region_expert_weights(const MoeRegion & r);
+
+/// Milliseconds from a to b (steady clock), for the per-layer counters.
+inline double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 /// Pointer to row t of the region's input [n_embd] f32 (rows are nb[2] bytes apart).
 inline const float * region_hidden_row(const MoeRegion & r, int64_t t) {

@@ -44,6 +44,7 @@ public:
     int timeout_ms() const { return timeout_ms_; }
     void set_timeout_ms(int ms) { timeout_ms_ = ms; }
     WorkerStats & stats() { return stats_; }
+    const WorkerStats & stats() const { return stats_; }
 
     /// Sends header + frames (frames zero-copy). Sets the header's frame sizes and hashes first.
     /// `corrupt_after_hash` flips one byte of frame 0 after hashing (test-only fault switch).
