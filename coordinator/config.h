@@ -44,6 +44,9 @@ struct ExpertsConfig {
     std::vector<ExpertRange> local;            ///< experts the coordinator owns; default none
     ExpertCombine combine = ExpertCombine::exact;  ///< default exact (per-slot outputs, bit-identical)
     int shadow_every = 0;  ///< partial combine: recompute every Nth call here and report the error; 0 = never
+    /// Drop this host's resident pages of the experts a worker serves, once that worker has served
+    /// the layer (coordinator/weight_release.h); default true. Only for memory-mapped weights.
+    bool release_unowned = true;
 };
 
 /// [shard]: reserved.

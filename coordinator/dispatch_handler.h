@@ -17,6 +17,9 @@
 #include "coordinator/region_handler.h"
 
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
 
 namespace moezip {
 
@@ -59,16 +62,24 @@ class ExpertsHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// {"release_unowned", "released_bytes", "released_parts" (layer x worker), "not_released"}.
+    nlohmann::json memory_json() const override;
 
 private:
     struct Part;  // one worker's request of one call
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
     void shadow_check(const MoeRegion & r);
+    /// Once per (layer, worker), after worker w served layer r.il: drop this host's pages of the
+    /// experts w owns in that layer (coordinator/weight_release.h).
+    void release_unowned(const MoeRegion & r, size_t w);
     std::vector<int> owners_;
     uint64_t partial_calls_ = 0;
     std::vector<float> pair_hidden_, pair_weights_, pair_out_, shadow_out_;
     std::vector<int32_t> pair_ids_;
+    std::set<std::pair<int, size_t>> released_;  // (layer, worker) pairs already handled
+    uint64_t released_bytes_ = 0, released_parts_ = 0;
+    std::string not_released_;                    // why memory was kept (first reason)
 };
 
 } // namespace moezip

@@ -2,6 +2,7 @@
 
 #include "coordinator/log.h"
 #include "coordinator/split.h"
+#include "coordinator/weight_release.h"
 
 #include <chrono>
 #include <cmath>
@@ -141,6 +142,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
                 p.done = true;
+                if (!released_.count({r.il, w})) release_unowned(r, w);
                 link.stats().rows += p.rows.size();
                 link.stats().pairs += p.pairs.size();
                 c.remote_rows += p.rows.size();
@@ -159,6 +161,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
         st = compute_pairs_here(r, p.pairs);
         if (!st) return st;
+        released_.erase({r.il, w});  // the fallback faulted them back in: drop them again when w serves again
         disp_.count_fallback(w);
         c.fallbacks += 1;
         c.local_slots += p.pairs.size();
@@ -198,6 +201,36 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
     }
     if (cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0) shadow_check(r);
     return Status::ok();
+}
+
+void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
+    released_.insert({r.il, w});
+    if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
+    if (!cfg_.experts.release_unowned) { not_released_ = "experts.release_unowned = false"; return; }
+    if (cfg_.experts.shadow_every > 0) {
+        not_released_ = "experts.shadow_every > 0: shadow checks compute every expert here";
+        return;
+    }
+    std::vector<int> experts;
+    for (size_t e = 0; e < owners_.size(); ++e)
+        if (owners_[e] == (int) w) experts.push_back((int) e);
+    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {
+        Status st = release_expert_slices(t, experts, maps, released_bytes_);
+        if (!st) {
+            not_released_ = st.message();
+            LOG_INFO("keeping the experts workers own resident here: %s", st.message().c_str());
+            return;
+        }
+    }
+    ++released_parts_;
+}
+
+nlohmann::json ExpertsHandler::memory_json() const {
+    nlohmann::json j = {{"release_unowned", cfg_.experts.release_unowned}, {"released_bytes", released_bytes_},
+                        {"released_parts", released_parts_}};
+    if (!not_released_.empty()) j["not_released"] = not_released_;
+    return j;
 }
 
 } // namespace moezip

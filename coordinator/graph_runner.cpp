@@ -73,6 +73,12 @@ nlohmann::json GraphRunner::workers_json() {
     return handler_->workers_json();
 }
 
+nlohmann::json GraphRunner::memory_json() {
+    if (handler_ == nullptr) return nlohmann::json::object();
+    std::lock_guard<std::mutex> hl(handler_mu_);
+    return handler_->memory_json();
+}
+
 ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     std::vector<MoeRegion> regions = moe_regions_find(gf->nodes, gf->n_nodes, buft);

@@ -39,6 +39,8 @@ public:
 
     /// The handler's per-worker evidence (locks the handler against a concurrent compute).
     nlohmann::json workers_json();
+    /// The handler's memory evidence (weights released), {} without a handler.
+    nlohmann::json memory_json();
 
 private:
     ggml_status compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int i0, int i1);

@@ -26,6 +26,8 @@ public:
     virtual void shutdown() {}
     /// Per-worker evidence for the report (an empty array when there are no workers).
     virtual nlohmann::json workers_json() const { return nlohmann::json::array(); }
+    /// What the handler did with this host's memory, for the report's `memory` section.
+    virtual nlohmann::json memory_json() const { return nlohmann::json::object(); }
 };
 
 /// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights

@@ -6,11 +6,17 @@
 //   ggml_graph_compute                       CPU variant's graph_compute -> here: MoE regions
 //   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran
 //   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types
+//   mmap (libc)                               libllama's model load -> here: experts mode maps the
+//                                             GGUF without MAP_POPULATE (preload/session.h)
 #include "coordinator/log.h"
 #include "preload/session.h"
 
+#include <cerrno>
 #include <cstring>
 #include <exception>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define MOEZIP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -48,4 +54,24 @@ MOEZIP_EXPORT void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, c
     } catch (...) {
     }
     return real ? real(reg, name) : nullptr;
+}
+
+// Every PLT call of mmap in the process comes here (glibc's own, e.g. malloc's, does not: it calls
+// its internal alias). The kernel call is made directly, so nothing here allocates or recurses.
+MOEZIP_EXPORT void * mmap(void * addr, size_t len, int prot, int flags, int fd, off_t off) {
+    bool lazy = false;
+    if ((flags & MAP_POPULATE) && fd >= 0 && !(prot & PROT_WRITE) && moezip::session_map_model_lazily(fd)) {
+        flags &= ~MAP_POPULATE;
+        lazy = true;
+    }
+    void * p = reinterpret_cast<void *>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+    if (lazy && p != MAP_FAILED) {
+        int saved = errno;
+        try {
+            moezip::session_note_lazy_map(p, len);
+        } catch (...) {
+        }
+        errno = saved;
+    }
+    return p;
 }

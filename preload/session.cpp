@@ -5,10 +5,12 @@
 #include "coordinator/graph_runner.h"
 #include "coordinator/handler_factory.h"
 #include "coordinator/log.h"
+#include "coordinator/weight_release.h"
 #include "preload/abi_guard.h"
 #include "preload/engine_api.h"
 #include "preload/engine_locate.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +54,13 @@ struct Session {
     std::mutex real_mu;
     std::vector<std::pair<std::string, ComputeFn>> real_compute;  // caller object path -> its real function
     std::atomic<uint64_t> sched_graphs{0};
+
+    // Resident size at the end of graph computes (at most every 100 ms): the memory the host needs
+    // while it serves, after any weights were released (VmHWM still counts the engine's load).
+    std::mutex rss_mu;
+    std::chrono::steady_clock::time_point last_rss_sample{};
+    int64_t rss_graph_last_kib = -1, rss_graph_max_kib = -1;
+    uint64_t lazy_map_bytes = 0;  // bytes of model mappings made without MAP_POPULATE (under rss_mu)
 };
 
 Session & S() {
@@ -172,6 +181,16 @@ void write_report(Session & s, bool complete) {
         j = evidence_to_json(s.ev, complete);
     }
     if (s.runner) j["workers"] = s.runner->workers_json();
+    nlohmann::json mem = s.runner ? s.runner->memory_json() : nlohmann::json::object();
+    mem["rss_kib"] = proc_status_kib("VmRSS");  // now (at exit the host may have freed its model)
+    mem["hwm_kib"] = proc_status_kib("VmHWM");  // peak, includes the engine's MAP_POPULATE at load
+    {
+        std::lock_guard<std::mutex> lock(s.rss_mu);
+        mem["rss_kib_graph_last"] = s.rss_graph_last_kib;
+        mem["rss_kib_graph_max"] = s.rss_graph_max_kib;
+        mem["model_mapped_lazily_bytes"] = s.lazy_map_bytes;
+    }
+    j["memory"] = mem;
     j["state"] = s.state == State::active ? "active" : "passthrough";
     if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
     Status st = report_write_atomic(s.report_path, j);
@@ -202,6 +221,16 @@ std::string intercept_failure(Session & s) {
         return "no MoE layer was found in any graph (is this a MoE model? moezip recognises build_moe_ffn's ffn_moe_* nodes)";
     if (s.ev.regions_handled == 0) return "no MoE region was handled";
     return "";
+}
+
+// Reading /proc costs tens of microseconds: sample at most every 100 ms, never per small graph.
+void sample_rss(Session & s) {
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(s.rss_mu);
+    if (s.rss_graph_last_kib >= 0 && now - s.last_rss_sample < std::chrono::milliseconds(100)) return;
+    s.last_rss_sample = now;
+    s.rss_graph_last_kib = proc_status_kib("VmRSS");
+    s.rss_graph_max_kib = std::max(s.rss_graph_max_kib, s.rss_graph_last_kib);
 }
 
 void at_exit() {
@@ -249,6 +278,7 @@ ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const vo
     if (s.cfg.threads == 0 && s.handler) s.handler->set_threads(cplan->n_threads);
     ggml_status st = s.runner->compute(gf, cplan);
     t_in_hook = false;
+    sample_rss(s);
     if (s.cfg.report_flush_ms > 0) {
         auto now = std::chrono::steady_clock::now();
         if (now - s.last_flush > std::chrono::milliseconds(s.cfg.report_flush_ms)) {
@@ -273,6 +303,40 @@ void session_count_sched_graph() {
         std::lock_guard<std::mutex> lock(s.init_mu);
         read_config_locked(s);
     }
+}
+
+thread_local bool t_in_map_check = false;
+
+bool session_map_model_lazily(int fd) {
+    if (t_in_map_check || fd < 0) return false;
+    t_in_map_check = true;
+    bool lazy = false;
+    try {
+        Session & s = S();
+        {
+            std::lock_guard<std::mutex> lock(s.init_mu);
+            read_config_locked(s);
+        }
+        if (s.config_ok && s.cfg.mode == ConfigMode::experts && s.cfg.experts.release_unowned && s.cfg.experts.shadow_every == 0 &&
+            !s.cfg.workers.empty()) {
+            char magic[4] = {0, 0, 0, 0};
+            lazy = pread(fd, magic, sizeof magic, 0) == (ssize_t) sizeof magic && memcmp(magic, "GGUF", 4) == 0;
+        }
+    } catch (...) {
+        lazy = false;
+    }
+    t_in_map_check = false;
+    return lazy;
+}
+
+void session_note_lazy_map(const void * addr, size_t len) {
+    Session & s = S();
+    {
+        std::lock_guard<std::mutex> lock(s.rss_mu);
+        s.lazy_map_bytes += len;
+    }
+    LOG_INFO("experts mode: mapped the model (%.1f MiB at %p) without MAP_POPULATE, so the experts workers serve are "
+             "never made resident here", len / 1048576.0, addr);
 }
 
 void * session_base_symbol(const char * name) {

@@ -25,6 +25,16 @@ bool session_hide_extra_bufts();
 /// Counts one graph computed by the engine's scheduler (ggml_backend_sched_graph_compute_async).
 void session_count_sched_graph();
 
+/// true when a read-only mapping of `fd` asked with MAP_POPULATE should be made without it: the
+/// config is valid, mode = "experts" with experts.release_unowned, and fd is a GGUF file (magic
+/// "GGUF"). Then the engine's load (llama-mmap.cpp: MAP_SHARED | MAP_POPULATE) does not make every
+/// expert resident here; pages come in on first use, and the experts workers serve never do.
+/// Never throws; false when called again from inside itself (config reading).
+bool session_map_model_lazily(int fd);
+
+/// Records a mapping that session_map_model_lazily made lazy (for the report).
+void session_note_lazy_map(const void * addr, size_t len);
+
 /// Resolves a libggml-base function for the shims (nullptr when libggml-base is not loaded).
 void * session_base_symbol(const char * name);
 

@@ -135,6 +135,16 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
     json ex = load_json(c.dir + "/experts_two_ways.json");
     EXPECT_EQ(ex["layers"][0]["local_slots"], 0);
     EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
+    // experts mode: this host dropped its resident pages of the experts the workers served
+    EXPECT_GT(ex["memory"]["released_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();
+    EXPECT_EQ(ex["memory"]["released_parts"], 4) << "2 workers x 2 layers: " << ex["memory"].dump();
+    EXPECT_FALSE(ex["memory"].contains("not_released")) << ex["memory"].dump();
+    EXPECT_GT(ex["memory"]["rss_kib"].get<int64_t>(), 0);
+    EXPECT_FALSE(rows["memory"].contains("released_bytes")) << "rows mode needs every expert on every host";
+    // experts mode maps the model without MAP_POPULATE (the engine asks for it); other modes do not
+    std::ifstream f(model, std::ios::binary | std::ios::ate);
+    EXPECT_EQ(ex["memory"]["model_mapped_lazily_bytes"].get<uint64_t>(), (uint64_t) f.tellg());
+    EXPECT_EQ(rows["memory"]["model_mapped_lazily_bytes"], 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, DistributedModes,
@@ -212,6 +222,8 @@ TEST(Distributed, WorkerKilledMidRunStillGivesIdenticalOutputWithPolicyLocal) {
     expect_same_logits(c.dir, "single", "killed");
     json rep = load_json(c.dir + "/killed.json");
     EXPECT_GT(rep["workers"][1]["fallbacks"].get<int>(), 0) << rep["workers"].dump();
+    // the dead worker's experts had been released here: the fallback read them back from the file
+    EXPECT_GT(rep["memory"]["released_bytes"].get<uint64_t>(), 0u) << rep["memory"].dump();
     EXPECT_GE(rep["workers"][1]["timeouts"].get<int>(), 1) << "the dead worker is detected by its timeout";
     EXPECT_EQ(rep["workers"][0]["fallbacks"], 0);
     EXPECT_NE(r.err.find("failed"), std::string::npos) << "the failure is said, not hidden: " << r.err;
@@ -249,6 +261,26 @@ TEST(Distributed, PartialCombineRecordsShadowErrorAndKeepsTheTokens) {
     uint64_t in_partial = rep["workers"][0]["bytes_in"].get<uint64_t>() + rep["workers"][1]["bytes_in"].get<uint64_t>();
     EXPECT_GT(in_partial, 0u);
     EXPECT_EQ(load_json(c.dir + "/single-run.json")["tokens"], load_json(c.dir + "/partial-run.json")["tokens"]);
+    EXPECT_EQ(rep["memory"]["released_bytes"], 0) << "shadow checks read every expert here";
+    EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"], 0) << "and so the engine's MAP_POPULATE is kept";
+    EXPECT_NE(rep["memory"].value("not_released", "").find("shadow_every"), std::string::npos) << rep["memory"].dump();
+}
+
+TEST(Distributed, WeightsReadIntoMemoryAreKeptAndTheRunStaysExact) {
+    // --no-mmap: the engine's weights are the only copy (anonymous memory); nothing may be dropped
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("distributed_no_mmap"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    std::string body = "require_intercept = true\nmode = \"experts\"\n[experts]\nlocal = \"4-7\"\n"
+                       "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"0-3\"\n";
+    CommandResult r = run_host(c.dir, "no_mmap", model, body, {"--no-mmap", "--fixture", "128"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "no_mmap");
+    json rep = load_json(c.dir + "/no_mmap.json");
+    EXPECT_EQ(rep["memory"]["released_bytes"], 0) << rep["memory"].dump();
+    EXPECT_NE(rep["memory"].value("not_released", "").find("anonymous memory"), std::string::npos) << rep["memory"].dump();
 }
 
 } // namespace
