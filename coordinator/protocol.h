@@ -72,13 +72,16 @@ struct MsgHeader {
     uint8_t dtype[kMaxDataFrames];  ///< WireType of each data frame
     uint16_t n_frames;           ///< data frames that follow (0..kMaxDataFrames)
     uint32_t glu_op;             ///< compute: enum ggml_glu_op of the layer's activation (value of ggml.h's enum)
-    uint32_t reserved;           ///< 0; keeps frame_bytes 8-aligned at offset 64
+    uint32_t service_us;         ///< result: the worker's time on the request, receipt to reply ready (hash checks,
+                                 ///< validation, compute), µs, saturating; 0 in other kinds. RTT - service = transfer
+                                 ///< and queueing. (Was `reserved`, always 0: older peers read 0.)
     uint64_t frame_bytes[kMaxDataFrames];  ///< byte count of each data frame
     uint64_t frame_xxh3[kMaxDataFrames];   ///< XXH3-64 of each data frame
 };
 static_assert(sizeof(MsgHeader) == 128, "MsgHeader is 128 bytes on the wire");
 static_assert(offsetof(MsgHeader, request_id) == 8, "wire layout");
 static_assert(offsetof(MsgHeader, reply) == 48, "wire layout");
+static_assert(offsetof(MsgHeader, service_us) == 60, "wire layout");
 static_assert(offsetof(MsgHeader, frame_bytes) == 64, "wire layout");
 static_assert(offsetof(MsgHeader, frame_xxh3) == 96, "wire layout");
 

@@ -108,8 +108,16 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                 return Status::corruption(endpoint_ + ": reply " + st.message());
             }
             stats_.hash_ok += ptrs.size();
-            if (stats_.rtt_ms.size() < 1000000)
-                stats_.rtt_ms.push_back(std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - sent_at_).count());
+            const float rtt = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - sent_at_).count();
+            if (stats_.rtt_ms.size() < 1000000) stats_.rtt_ms.push_back(rtt);
+            if (h.kind == static_cast<uint16_t>(MsgKind::result)) {
+                const float service = (float) (h.service_us / 1000.0);
+                stats_.service_ms_total += service;
+                if (stats_.service_ms.size() < 1000000) {
+                    stats_.service_ms.push_back(service);
+                    stats_.transfer_ms.push_back(rtt - service);
+                }
+            }
             if (parts.size() > 1) data = std::move(parts[1]); else data.rebuild(0);
             if (h.kind == static_cast<uint16_t>(MsgKind::error)) {
                 ++stats_.errors;

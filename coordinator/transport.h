@@ -27,6 +27,9 @@ struct WorkerStats {
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
     std::vector<float> rtt_ms;  ///< send -> reply, per request (first 1,000,000 kept)
+    std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
+    std::vector<float> transfer_ms;  ///< per result: round trip - service (transfer, ZeroMQ, queueing)
+    double service_ms_total = 0;     ///< sum over all results
 };
 
 /// A buffer to send as one data frame; it must stay valid until the reply arrives or reset().

@@ -134,6 +134,12 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
     // experts mode: decode is distributed too
     json ex = load_json(c.dir + "/experts_two_ways.json");
     EXPECT_EQ(ex["layers"][0]["local_slots"], 0);
+    for (const auto & w : ex["workers"]) {
+        // each reply carries the worker's own time; a round trip is never shorter than it
+        EXPECT_GT(w["service_ms_total"].get<double>(), 0.0) << w.dump();
+        EXPECT_GE(w["transfer_ms_p50"].get<double>(), 0.0) << w.dump();
+        EXPECT_LE(w["service_ms_p50"].get<double>(), w["rtt_ms_p99"].get<double>()) << w.dump();
+    }
     EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
     // experts mode: this host dropped its resident pages of the experts the workers served
     EXPECT_GT(ex["memory"]["released_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();

@@ -73,6 +73,9 @@ function timed_groups(runs) {
             failed: rs.filter((r) => r.rc !== 0).length,
             prefill: summary(tok(rs, "prefill")), decode: summary(tok(rs, "decode")),
             coordinator_rss_mib: median(ok(rs).map((r) => r.host_maxrss_kib / 1024)),
+            // the preload's VmRSS at the end of graph computes: what the host holds while it serves
+            coordinator_serving_rss_mib: median(ok(rs).map((r) => report_memory(r, "rss_kib_graph_max") / 1024)),
+            coordinator_released_mib: median(ok(rs).map((r) => report_memory(r, "released_bytes") / 1048576)),
             worker_rss_mib: r0.worker_hwm_kib.map((_, i) => median(ok(rs).map((r) => r.worker_hwm_kib[i] / 1024))),
             worker_expert_mib: r0.worker_expert_mib,
             loadavg_median: median(rs.map((r) => r.loadavg[0])),
@@ -97,6 +100,12 @@ function timed_groups(runs) {
     return out;
 }
 
+/// A number from the report's memory section (NaN without a report: the unhooked run).
+function report_memory(r, k) {
+    const m = r.report_json && r.report_json.memory;
+    return m && typeof m[k] === "number" && m[k] >= 0 ? m[k] : NaN;
+}
+
 function phase_records(runs) {
     return runs.filter((r) => (r.kind === "prefill" || r.kind === "decode") && r.rc === 0 && r.run_json && r.report_json)
                .map((r) => phase_record(r, r.run_json, r.report_json));
@@ -115,6 +124,8 @@ function memory_rows(groups) {
             const not_owned = v === "rows1" ? 0 : gs[0].worker_expert_mib.reduce((a, b) => a + b, 0);
             out.push({ model: m, variant: v, single_rss_mib: single,
                        coordinator_rss_mib: median(gs.map((g) => g.coordinator_rss_mib)),
+                       coordinator_serving_rss_mib: median(gs.map((g) => g.coordinator_serving_rss_mib)),
+                       coordinator_released_mib: median(gs.map((g) => g.coordinator_released_mib)),
                        worker_rss_mib: gs[0].worker_rss_mib, not_owned_expert_mib: not_owned,
                        rss_if_not_owned_were_not_loaded_mib: single !== null ? single - not_owned : null });
         }

@@ -72,10 +72,11 @@ function floor_table(floor) {
 
 function memory_table(memory) {
     const rows = memory.map((m) => [m.model, m.variant, fmt(m.single_rss_mib, 0), fmt(m.coordinator_rss_mib, 0),
+                                     fmt(m.coordinator_serving_rss_mib, 0), fmt(m.coordinator_released_mib, 0),
                                      m.worker_rss_mib.map((x) => fmt(x, 0)).join(" + "), fmt(m.not_owned_expert_mib, 0),
                                      fmt(m.rss_if_not_owned_were_not_loaded_mib, 0)]);
-    return table(["model", "variant", "single-node RSS MiB", "coordinator RSS MiB", "worker RSS MiB",
-                  "experts not owned MiB", "single RSS - not owned"], rows);
+    return table(["model", "variant", "single-node peak RSS MiB", "coordinator peak RSS MiB", "coordinator RSS serving MiB",
+                  "released by coordinator MiB", "worker peak RSS MiB", "experts not owned MiB", "single RSS - not owned"], rows);
 }
 
 function target_table(targets) {
@@ -116,7 +117,7 @@ function render(b) {
         amdahl_table(b.amdahl),
         "## Physical floor per step (n_moe_layers x 0.107 ms round trip + bytes of the busier direction / TCP payload rate; no overlap)",
         floor_table(b.floor),
-        "## Memory (peak RSS, median of the timed runs on loopback)",
+        "## Memory (median of the timed runs on loopback; peak = ru_maxrss / VmHWM, serving = the preload's largest VmRSS at the end of a graph compute)",
         memory_table(b.memory),
         "## Targets",
         target_table(b.targets),

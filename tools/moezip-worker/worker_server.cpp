@@ -8,6 +8,8 @@
 #include <zmq_addon.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cerrno>
 #include <csignal>
 #include <memory>
@@ -43,6 +45,7 @@ private:
     WorkerCompute compute_;
     std::string hello_;
     WorkerCounters & c_;
+    std::chrono::steady_clock::time_point received_at_;  // of the request being handled (service_us)
     int64_t computes_answered_ = 0;
 };
 
@@ -89,11 +92,14 @@ void Server::handle_compute(zmq::message_t & identity, const MsgHeader & h, int 
     c_.rows += (uint64_t) h.n_rows;
     c_.pairs += (uint64_t) reply.n_pairs;
     if (opt_.faults.corrupt_result && out.size() > 0) static_cast<uint8_t *>(out.data())[out.size() / 2] ^= 0x01;
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received_at_).count();
+    reply.service_us = (uint32_t) std::min<int64_t>(us, UINT32_MAX);
     send_reply(identity, reply, &out);
 }
 
 void Server::handle(std::vector<zmq::message_t> & parts) {
     ++c_.requests;
+    received_at_ = std::chrono::steady_clock::now();
     for (size_t i = 1; i < parts.size(); ++i) c_.bytes_in += parts[i].size();
     zmq::message_t & identity = parts[0];
     if (parts.size() < 2) return send_error(identity, nullptr, ErrorCode::bad_frames, "empty message");
