@@ -140,6 +140,22 @@ TEST(RunTool, SmallUbatchGivesSameTokensAndLogits) {
     EXPECT_EQ(small["logits_xxh3"], large["logits_xxh3"]);
 }
 
+// --warmup evaluates the prompt once untimed and clears the KV cache: the timed run that follows must
+// be the same computation as a fresh one (a KV cache left over would change every logit).
+TEST(RunTool, WarmupLeavesTokensAndLogitsUnchanged) {
+    const std::string model = stories_model();
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("RunTool.Warmup");
+    nlohmann::json cold = run_json(dir, "cold", {"-m", model, "--fixture", "64", "-n", "24"});
+    nlohmann::json warm = run_json(dir, "warm", {"-m", model, "--fixture", "64", "-n", "24", "--warmup"});
+    ASSERT_TRUE(cold.is_object() && warm.is_object());
+    EXPECT_EQ(warm["settings"]["warmup"], true);
+    EXPECT_EQ(cold["settings"]["warmup"], false);
+    EXPECT_EQ(warm["tokens"], cold["tokens"]);
+    EXPECT_EQ(warm["logits_xxh3"], cold["logits_xxh3"]);
+    EXPECT_EQ(warm["decode"]["tokens"], 23) << "the warm-up's decode step is not counted";
+}
+
 // --no-mmap reads the same bytes into anonymous memory and --no-repack only changes buffer types
 // (stories260K is all F32, which the CPU backend never repacks): same results, settings recorded.
 TEST(RunTool, NoMmapAndNoRepackGiveSameLogits) {

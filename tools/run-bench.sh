@@ -34,6 +34,9 @@
 #                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
 #   BENCH_ROWS_SHARE    rows mode: the coordinator's share of each region's rows (default 0.5)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
+#   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
+#                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
+#                       Phase runs are always cold: their reports would otherwise count the warm-up too.
 # Exit status: 0 when every run finished and every distributed run matched the single-node logits;
 # 1 otherwise ("bench: error: ..." lines name the problem).
 set -euo pipefail
@@ -57,6 +60,7 @@ NETS=${BENCH_NETS:-1g 10g}
 [ "$NETS" = none ] && NETS=""
 NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
 LOAD=${BENCH_LOAD:-mmap}
+WARMUP=${BENCH_WARMUP:-1}
 ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
 N_PREFILL=${BENCH_PREFILL:-512}
 N_UBATCH=${BENCH_UBATCH:-512}
@@ -263,7 +267,8 @@ run_one() {
     local pre=() envs=() args=() cfg="$RUNS/$id.toml" report="$RUNS/$id.report.json" t0 t1 la0 la1 wire0="0 0" wire1="0 0"
     args=(-m "$model" -b "$N_UBATCH" -t 1 --no-repack --quiet --json "$RUNS/$id.run.json")
     case "$kind" in
-        timed) args+=(--fixture "$N_PREFILL" -n "$((N_DECODE + 1))") ;;
+        timed) args+=(--fixture "$N_PREFILL" -n "$((N_DECODE + 1))")
+               [ "$WARMUP" = 1 ] && args+=(--warmup) ;;
         prefill) args+=(--fixture "$N_PREFILL" -n 1) ;;
         decode) args+=(--fixture 1 -n "$((N_DECODE + 1))") ;;
     esac
@@ -296,12 +301,12 @@ run_one() {
     for ((i = 0; i < n_workers; i++)); do
         hwm+="${hwm:+,}${W_HWM[$i]:-0}"; mib+="${mib:+,}${W_MIB[$i]:-0}"
     done
-    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d}\n' \
+    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s}\n' \
         "$id" "$m" "$v" "${mode:-none}" "$n_workers" "$net" "$place" "$host_core" "$wcore" "$kind" "$rep" "$LOAD" "$ROWS_SHARE" \
         "$rc" "$(( (t1 - t0) / 1000000 ))" "${rss:-0}" "$hwm" "$mib" \
         "$(( ${wire1% *} - ${wire0% *} ))" "$(( ${wire1#* } - ${wire0#* } ))" "$la0" "$la1" \
         "$id.run.json" "$([ -n "$mode" ] && echo "$id.report.json")" "$([ "$PIN" = 1 ] && echo true || echo false)" \
-        "$N_PREFILL" "$N_UBATCH" "$N_DECODE" > "$RUNS/$id.meta.json"
+        "$N_PREFILL" "$N_UBATCH" "$N_DECODE" "$([ "$WARMUP" = 1 ] && [ "$kind" = timed ] && echo true || echo false)" > "$RUNS/$id.meta.json"
     if [ "$rc" -ne 0 ]; then
         N_FAILED=$((N_FAILED + 1))
         echo "bench: run $id failed (status $rc): $(grep -v '^moezip\[' "$RUNS/$id.err" | tail -2 | tr '\n' ' ')" >&2

@@ -67,7 +67,9 @@ function phase_record(meta, run, report) {
         veth_vs_needed: wire === null || pay.needed === 0 ? null : wire / pay.needed,
         workers: workers.map((w) => ({ endpoint: w.endpoint, experts: w.identity ? w.identity.experts : "",
                                        requests: w.requests, bytes_out: w.bytes_out, bytes_in: w.bytes_in,
-                                       rtt_ms_p50: w.rtt_ms_p50, rtt_ms_p99: w.rtt_ms_p99 })),
+                                       rtt_ms_p50: w.rtt_ms_p50, rtt_ms_p99: w.rtt_ms_p99,
+                                       // the worker's own time per reply (header service_us) and the rest of the round trip
+                                       service_ms_p50: w.service_ms_p50 ?? null, transfer_ms_p50: w.transfer_ms_p50 ?? null })),
     };
 }
 

@@ -50,9 +50,11 @@ function wire_table(phases) {
         x2(p.bytes_vs_needed), fmt(p.headers_per_token_layer, 0), fmt(p.minimal_per_token_layer, 0),
         p.veth_per_token_layer === null ? "-" : `${fmt(p.veth_per_token_layer, 0)} (${x2(p.veth_vs_needed)})`,
         p.workers.map((w) => `${fmt(w.rtt_ms_p50, 2)} / ${fmt(w.rtt_ms_p99, 2)}`).join("; "),
+        p.workers.map((w) => `${fmt(w.service_ms_p50, 2)} / ${fmt(w.transfer_ms_p50, 2)}`).join("; "),
     ]);
     return table(["model", "link", "variant", "phase", "bytes/token/layer", "mode payload", "ratio",
-                  "of which headers", "row-sum payload", "veth frames (ratio)", "round trip p50 / p99 ms per worker"], rows);
+                  "of which headers", "row-sum payload", "veth frames (ratio)", "round trip p50 / p99 ms per worker",
+                  "worker service / transfer p50 ms"], rows);
 }
 
 function amdahl_table(amdahl) {
@@ -101,7 +103,8 @@ function render(b) {
         `Total ${b.seconds ? Math.round(b.seconds / 60) + " min" : "?"}; tree ${b.commit || "?"}.`,
         `Weights: ${s.load === "anon" ? "read into memory (--no-mmap; workers anonymous memory)" : "memory-mapped on every side (coordinator mmap, workers --mmap)"}; ` +
         `rows share of the coordinator ${s.rows_share}; ${s.pinned ? "every process pinned to one core, one engine thread" : "not pinned"}; ` +
-        `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps.`,
+        `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps; ` +
+        `${s.warmup ? "timed runs warmed up (moezip-run --warmup: one untimed prompt, KV cache cleared); phase runs cold (first prompt of the process)" : "every run cold (first prompt of the process)"}.`,
         ...b.notes.map((n) => `Note: ${n}.`),
         b.failed_runs.length ? `Failed runs: ${b.failed_runs.join(", ")}` : "",
     ];

@@ -63,6 +63,16 @@ Status pick_greedy(llama_context * ctx, int32_t n_vocab, llama_token * token, ui
 
 } // namespace
 
+Status warm_up(llama_context * ctx, const std::vector<llama_token> & prompt, const generate_params & params) {
+    generate_params p = params;
+    p.n_predict = std::min<int32_t>(params.n_predict, 2);
+    p.stop_at_eog = false;
+    generate_result ignored;
+    Status st = generate_greedy(ctx, prompt, p, &ignored);
+    llama_memory_clear(llama_get_memory(ctx), true);
+    return st;
+}
+
 Status generate_greedy(llama_context * ctx, const std::vector<llama_token> & prompt,
                        const generate_params & params, generate_result * result) {
     if (prompt.empty()) return Status::invalid_argument("the prompt has no token");

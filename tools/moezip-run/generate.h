@@ -34,6 +34,13 @@ struct generate_params {
 /// run uses n_prompt + n_predict - 1 positions and llama_decode is called n_predict - 1 times
 /// after the prefill. Errors: invalid_argument for an empty prompt, io_error naming the failing
 /// llama_decode call and its return code (llama.h: 1 = no KV slot, 2 = aborted, < 0 = error).
+/// Untimed warm-up: evaluates the prompt as generate_greedy does plus one decode step (when
+/// n_predict > 1), then clears the context's memory (llama_memory_clear, data too), so a following
+/// generate_greedy starts from an empty KV cache and gives the same tokens and logits as without it.
+/// It touches the engine's compute buffers and the weights a prompt uses, once. Errors: as
+/// generate_greedy.
+moezip::Status warm_up(llama_context * ctx, const std::vector<llama_token> & prompt, const generate_params & params);
+
 moezip::Status generate_greedy(llama_context * ctx, const std::vector<llama_token> & prompt,
                                const generate_params & params, generate_result * result);
 

@@ -38,6 +38,9 @@ void add_flags(CLI::App & app, run_options & o) {
     app.add_option("--seed", o.seed, "seed of --fixture")->capture_default_str();
     app.add_option("-n,--n-predict", o.n_predict, "greedy steps (generated tokens)")->capture_default_str()
         ->check(CLI::Range(0, 1 << 20));
+    app.add_flag("--warmup", o.warmup,
+                 "before the timed run, evaluate the prompt and one decode step untimed and clear the KV cache "
+                 "(as llama-bench warms up: first-touch of buffers and weights is not timed)");
     app.add_flag("--stop-at-eog", o.stop_at_eog, "stop early at an end-of-generation token (default: never)");
     app.add_option("-t,--threads", o.n_threads, "n_threads and n_threads_batch")->capture_default_str()
         ->check(CLI::Range(1, 1024));
@@ -111,6 +114,7 @@ int run(const run_options & o) {
     gp.n_batch = o.n_ubatch;
     gp.n_predict = o.n_predict;
     gp.stop_at_eog = o.stop_at_eog;
+    if (o.warmup && !(st = warm_up(ctx.get(), rep.prompt_tokens, gp))) return fail(st);
     if (!(st = generate_greedy(ctx.get(), rep.prompt_tokens, gp, &rep.result))) return fail(st);
     rep.text = tokens_to_text(vocab, rep.result.tokens);
 

@@ -26,7 +26,7 @@ std::string report_summary_line(const generate_result & r) {
 static nlohmann::ordered_json settings_json(const run_options & o, uint32_t n_ctx) {
     nlohmann::ordered_json s = {
         {"threads", o.n_threads}, {"ubatch", o.n_ubatch}, {"ctx", n_ctx},
-        {"no_repack", o.no_repack}, {"mmap", o.use_mmap}, {"n_predict", o.n_predict},
+        {"no_repack", o.no_repack}, {"mmap", o.use_mmap}, {"n_predict", o.n_predict}, {"warmup", o.warmup},
         {"stop_at_eog", o.stop_at_eog}, {"seed", o.seed},
     };
     if (o.n_fixture > 0) s["fixture"] = o.n_fixture;

@@ -21,6 +21,7 @@ struct run_options {
     int32_t     n_fixture  = 0;      ///< --fixture N: N pseudo-random token ids instead of -p (0 = unused)
     uint64_t    seed       = 1;      ///< --seed: seed of the fixture generator
     int32_t     n_predict  = 32;     ///< -n: greedy steps (generated tokens)
+    bool        warmup     = false;  ///< --warmup: one untimed prefill + decode step first, then the KV cache is cleared
     bool        stop_at_eog = false; ///< --stop-at-eog: stop early at an end-of-generation token
     int32_t     n_threads  = 1;      ///< -t: n_threads and n_threads_batch
     int32_t     n_ubatch   = 512;    ///< -b: n_ubatch and n_batch (tokens per llama_decode call in prefill)
