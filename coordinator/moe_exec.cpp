@@ -25,7 +25,7 @@ uint8_t * carve(std::vector<uint8_t> & buf, size_t & used, size_t bytes) {
 
 } // namespace
 
-Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, float * out) {
+Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, float * out, const MoeBuffers * bufs) {
     if (b.n_rows == 0) return Status::ok();
     const int64_t n_embd = w.gate_exps->ne[0], n_ff = w.gate_exps->ne[1], n_expert = w.gate_exps->ne[2];
     if (b.k < 1 || b.n_rows < 0 || b.hidden_stride < (size_t) n_embd * sizeof(float))
@@ -69,11 +69,15 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     ggml_tensor * down = api_.ggml_mul_mat_id(ctx, down_w, act, ids); // [n_embd, k, n_rows]
     ggml_tensor * weighted = api_.ggml_mul(ctx, down, weights);       // [n_embd, k, n_rows]
 
-    size_t need = 0;
-    for (ggml_tensor * t : {up, gate, act, down}) need += (api_.ggml_nbytes(t) + 63) / 64 * 64;
-    if (scratch_.size() < need) scratch_.resize(need);
-    size_t used = 0;
-    for (ggml_tensor * t : {up, gate, act, down}) t->data = carve(scratch_, used, api_.ggml_nbytes(t));
+    if (bufs != nullptr) {
+        up->data = bufs->up; gate->data = bufs->gate; act->data = bufs->act; down->data = bufs->down;
+    } else {
+        size_t need = 0;
+        for (ggml_tensor * t : {up, gate, act, down}) need += (api_.ggml_nbytes(t) + 63) / 64 * 64;
+        if (scratch_.size() < need) scratch_.resize(need);
+        size_t used = 0;
+        for (ggml_tensor * t : {up, gate, act, down}) t->data = carve(scratch_, used, api_.ggml_nbytes(t));
+    }
     weighted->data = out;
 
     ggml_cgraph * gf = api_.ggml_new_graph_custom(ctx, n_tensors, false);
@@ -91,7 +95,7 @@ void moe_sum_slots(const float * slots, int64_t n_embd, int64_t k, int64_t n_row
     for (int64_t r = 0; r < n_rows; ++r) {
         const float * s0 = slots + r * k * n_embd;
         float * o = out + r * n_embd;
-        memcpy(o, s0, n_embd * sizeof(float));
+        if (o != s0) memcpy(o, s0, n_embd * sizeof(float));  // out may be slots' memory: row r lies at or before slot row r*k
         for (int64_t s = 1; s < k; ++s) {
             const float * si = s0 + s * n_embd;
             for (int64_t j = 0; j < n_embd; ++j) o[j] += si[j];  // one rounding per add, as ggml_vec_add_f32

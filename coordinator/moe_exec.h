@@ -39,6 +39,14 @@ struct SlotBatch {
     const float * weights = nullptr;  ///< [k, n_rows] f32 routing weights, weights[r*k + s]
 };
 
+/// Memory for the executor's intermediates instead of its own scratch: up and gate [n_ff, k, n_rows],
+/// act [n_ff, k, n_rows], down [n_embd, k, n_rows], all f32. Used to compute a whole region in the
+/// engine's own node memory: the ops run in the engine's order (up, gate, act, down, weighted), so
+/// any memory the engine's allocator let two of them share is shared the same way here.
+struct MoeBuffers {
+    void * up = nullptr, * gate = nullptr, * act = nullptr, * down = nullptr;
+};
+
 /// Runs expert FFNs on the CPU variant bound in the GgmlApi. Keeps its scratch memory between
 /// calls (grown on demand). Not thread-safe: one executor per thread.
 class MoeExecutor {
@@ -49,7 +57,9 @@ public:
     /// Writes the weighted per-slot outputs to `out` [n_embd, k, n_rows] f32 (contiguous).
     /// Errors: invalid_argument (shapes disagree, an id outside [0, n_expert)), io_error (ggml
     /// compute failed). Never aborts on bad ids: they are checked before ggml sees them.
-    Status compute_slots(const ExpertWeights & w, const SlotBatch & batch, float * out);
+    /// `bufs`: intermediates in the caller's memory (each large enough for this batch), or null
+    /// for the executor's own scratch.
+    Status compute_slots(const ExpertWeights & w, const SlotBatch & batch, float * out, const MoeBuffers * bufs = nullptr);
 
 private:
     const GgmlApi & api_;
@@ -61,6 +71,7 @@ private:
 
 /// out[:, r] = slots[:, 0, r] + slots[:, 1, r] + ... in slot order, left to right, the order of
 /// the engine's ADD chain (build_moe_ffn). slots: [n_embd, k, n_rows] f32; out: [n_embd, n_rows].
+/// out may be the memory of slots (rows are read before they are overwritten), not any other overlap.
 void moe_sum_slots(const float * slots, int64_t n_embd, int64_t k, int64_t n_rows, float * out);
 
 } // namespace moezip

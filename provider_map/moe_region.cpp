@@ -161,6 +161,7 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     if (r.down_exps->ne[0] != r.n_ff || r.down_exps->ne[1] != r.n_embd || r.up_exps->ne[1] != r.n_ff) { why = "expert weight shapes disagree"; return false; }
     for (ggml_tensor * w : {r.gate_exps, r.up_exps, r.down_exps})
         if (!weight_ok(w, buft_name, why)) return false;
+    r.up = up; r.gate = gate; r.act = act; r.down = down; r.weighted = weighted;
     members = {up, gate, act, down, weighted};
     if (!collect_sum(out, weighted, r.n_used, members, why)) return false;
     r.pattern = std::string("up,gate,") + glu_name(r.glu_op) + ",down,weighted,sum" + std::to_string(r.n_used);

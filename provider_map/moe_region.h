@@ -41,6 +41,10 @@ struct MoeRegion {
     ggml_tensor * gate_exps = nullptr;   ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;   ///< [n_ff, n_embd, n_expert]
+    /// The region's own intermediate nodes (ffn_moe_up/gate/<act>/down/weighted) f32
+    /// [n_ff or n_embd, n_used, n_tokens], with the memory the engine's graph allocator gave them
+    /// for this node order (ggml/src/ggml-alloc.c: a node may reuse a dead parent's memory in place).
+    ggml_tensor * up = nullptr, * gate = nullptr, * act = nullptr, * down = nullptr, * weighted = nullptr;
     ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;
     int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_used = 0, n_tokens = 0;
     bool dispatchable = false;
