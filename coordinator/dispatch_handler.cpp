@@ -34,7 +34,9 @@ Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, in
     b.ids = ids_.data() + first * k;
     b.weights = weights_.data() + first * k;
     slots_.resize((size_t) (E * k * count));
-    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, slots_.data());
+    MoeBuffers bufs;
+    const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
+    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, slots_.data(), in_engine ? &bufs : nullptr);
     if (st) moe_sum_slots(slots_.data(), E, k, count, static_cast<float *>(r.out->data) + first * E);
     return st;
 }

@@ -43,7 +43,9 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     b.hidden_stride = E * sizeof(float);
     b.ids = pair_ids_.data();
     b.weights = pair_weights_.data();
-    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, pair_out_.data());
+    MoeBuffers bufs;  // intermediates in the region's node memory; results go to our own pair_out_
+    const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
+    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, pair_out_.data(), in_engine ? &bufs : nullptr);
     if (!st) return st;
     for (int64_t p = 0; p < P; ++p)
         memcpy(&slots_[(pairs[p].first * k + pairs[p].second) * E], &pair_out_[p * E], E * sizeof(float));

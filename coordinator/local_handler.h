@@ -16,9 +16,6 @@ public:
     MoeExecutor & executor() { return exec_; }
 
 private:
-    /// The region's own node memory for the executor, when every node is dense f32 of the expected
-    /// shape and ffn_moe_out does not overlap the slots except at the same address.
-    bool engine_buffers(const MoeRegion & r, MoeBuffers & b, float *& slots) const;
     MoeExecutor exec_;
     std::vector<int32_t> ids_;
     std::vector<float> weights_;

@@ -38,6 +38,19 @@ void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std:
 /// The expert weights of a region as the executor wants them.
 ExpertWeights region_expert_weights(const MoeRegion & r);
 
+/// The memory of the region's own intermediate nodes (up, gate, act, down) for the executor, when
+/// each is dense f32 [n_ff or n_embd, n_used, n_tokens]: computing there touches no new memory
+/// (first-touch is slow on some VMs, ~125 MB/s measured here) and needs none. Any batch of at most
+/// n_tokens*n_used (row, slot) pairs fits. The executor runs the engine's ops in the engine's order,
+/// so memory the engine's allocator let two of them share (in place, ggml/src/ggml-alloc.c) is used
+/// the same way. The allocator may also have given ffn_moe_out memory of a dead intermediate: with
+/// out_may_overlap = false the buffers are refused in that case, for handlers that write ffn_moe_out
+/// before their last compute (rows mode writes its rows, then may compute a failed worker's rows).
+bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_overlap);
+
+/// True when byte ranges [a, a+na) and [b, b+nb) share a byte.
+bool memory_overlaps(const void * a, size_t na, const void * b, size_t nb);
+
 /// Milliseconds from a to b (steady clock), for the per-layer counters.
 inline double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
