@@ -188,7 +188,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"bytes_in", s.bytes_in}, {"rtt_ms_p50", percentile(s.rtt_ms, 0.5)},
                       {"rtt_ms_p99", percentile(s.rtt_ms, 0.99)}, {"service_ms_p50", percentile(s.service_ms, 0.5)},
                       {"service_ms_p99", percentile(s.service_ms, 0.99)}, {"service_ms_total", s.service_ms_total},
-                      {"transfer_ms_p50", percentile(s.transfer_ms, 0.5)}, {"transfer_ms_p99", percentile(s.transfer_ms, 0.99)},
+                      {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
                       {"reconnects", s.reconnects}});

@@ -115,7 +115,7 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                 stats_.service_ms_total += service;
                 if (stats_.service_ms.size() < 1000000) {
                     stats_.service_ms.push_back(service);
-                    stats_.transfer_ms.push_back(rtt - service);
+                    stats_.rtt_minus_service_ms.push_back(rtt - service);
                 }
             }
             if (parts.size() > 1) data = std::move(parts[1]); else data.rebuild(0);

@@ -26,9 +26,11 @@ struct WorkerStats {
     uint64_t fallbacks = 0;   ///< requests whose work was computed on this host instead
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
-    std::vector<float> rtt_ms;  ///< send -> reply, per request (first 1,000,000 kept)
+    std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
     std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
-    std::vector<float> transfer_ms;  ///< per result: round trip - service (transfer, ZeroMQ, queueing)
+    /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
+    /// while this host computed its own part (the round trip ends when the reply is taken)
+    std::vector<float> rtt_minus_service_ms;
     double service_ms_total = 0;     ///< sum over all results
 };
 

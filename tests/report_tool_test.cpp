@@ -45,7 +45,11 @@ json report_json(const std::vector<uint64_t> & h) {
             {"layers", json::array({{{"il", 0}, {"calls", 7}, {"rows", 22}, {"local_rows", 11}, {"remote_rows", 11}, {"ms", 1.5}},
                                     {{"il", 1}, {"calls", 7}, {"rows", 22}, {"local_rows", 11}, {"remote_rows", 11}, {"ms", 1.25}}})},
             {"checks", {{"identity_passed", 2}, {"identity_failed", 0}, {"regions_handled", 14}, {"regions_passthrough", 0}}},
-            {"workers", json::array({{{"endpoint", "tcp://127.0.0.1:5601"}, {"requests", 14}}})},
+            {"workers", json::array({{{"endpoint", "tcp://127.0.0.1:5601"}, {"requests", 14}, {"rtt_ms_p50", 0.75},
+                                      {"identity", {{"experts", "4-7"}}}, {"refused", ""}},
+                                     {{"endpoint", "tcp://127.0.0.1:5602"}, {"refused", "worker tcp://127.0.0.1:5602 refused: it runs ggml abc"}},
+                                     {{"shadow", {{"calls", 6}, {"max_abs_err", 0.5}, {"min_cosine", 0.999}}}}})},
+            {"memory", {{"hwm_kib", 2048000}, {"rss_kib_graph_max", 1024000}, {"released_bytes", 524288000}}},
             {"logits", {{"count", h.size()}, {"chain_xxh3", hex(chain_of(h))}, {"graphs", graphs}}}};
 }
 
@@ -161,7 +165,11 @@ TEST(ReportTool, ShowSummarisesModeLayersChecksAndWorkers) {
     EXPECT_NE(r.out.find("logits: 3 outputs"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("1.250"), std::string::npos) << r.out;   // layer 1's ms
     EXPECT_NE(r.out.find("identity passed 2, failed 0"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("tcp://127.0.0.1:5601"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  tcp://127.0.0.1:5601  4-7         14 "), std::string::npos) << "a table row per worker:\n" << r.out;
+    EXPECT_NE(r.out.find("0.750"), std::string::npos) << r.out;  // its round trip p50
+    EXPECT_NE(r.out.find("refused tcp://127.0.0.1:5602: worker tcp://127.0.0.1:5602 refused: it runs ggml abc"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shadow checks: 6 calls, max abs error 0.500, min cosine 0.999"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("memory: peak 2000 MiB, while serving 1000 MiB, released 500 MiB of worker-owned experts"), std::string::npos) << r.out;
     auto g = report_tool({"show", write(dir, "junk.json", "[1,2")});
     EXPECT_EQ(g.exit_code, 2);
 }

@@ -69,7 +69,7 @@ function phase_record(meta, run, report) {
                                        requests: w.requests, bytes_out: w.bytes_out, bytes_in: w.bytes_in,
                                        rtt_ms_p50: w.rtt_ms_p50, rtt_ms_p99: w.rtt_ms_p99,
                                        // the worker's own time per reply (header service_us) and the rest of the round trip
-                                       service_ms_p50: w.service_ms_p50 ?? null, transfer_ms_p50: w.transfer_ms_p50 ?? null })),
+                                       service_ms_p50: w.service_ms_p50 ?? null, rtt_minus_service_ms_p50: w.rtt_minus_service_ms_p50 ?? null })),
     };
 }
 

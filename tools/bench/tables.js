@@ -50,11 +50,11 @@ function wire_table(phases) {
         x2(p.bytes_vs_needed), fmt(p.headers_per_token_layer, 0), fmt(p.minimal_per_token_layer, 0),
         p.veth_per_token_layer === null ? "-" : `${fmt(p.veth_per_token_layer, 0)} (${x2(p.veth_vs_needed)})`,
         p.workers.map((w) => `${fmt(w.rtt_ms_p50, 2)} / ${fmt(w.rtt_ms_p99, 2)}`).join("; "),
-        p.workers.map((w) => `${fmt(w.service_ms_p50, 2)} / ${fmt(w.transfer_ms_p50, 2)}`).join("; "),
+        p.workers.map((w) => `${fmt(w.service_ms_p50, 2)} / ${fmt(w.rtt_minus_service_ms_p50, 2)}`).join("; "),
     ]);
     return table(["model", "link", "variant", "phase", "bytes/token/layer", "mode payload", "ratio",
                   "of which headers", "row-sum payload", "veth frames (ratio)", "round trip p50 / p99 ms per worker",
-                  "worker service / transfer p50 ms"], rows);
+                  "worker service / rest of round trip p50 ms"], rows);
 }
 
 function amdahl_table(amdahl) {

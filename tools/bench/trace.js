@@ -35,7 +35,7 @@ function variant_events(pid, label, rec) {
         rec.workers.forEach((w, i) => {
             ev.push(complete(`layer ${l.il}: round trip (p50)`, pid, 2 + i, t, Math.min(w.rtt_ms_p50, l.ms),
                              { rtt_ms_p50: w.rtt_ms_p50, rtt_ms_p99: w.rtt_ms_p99, service_ms_p50: w.service_ms_p50,
-                               transfer_ms_p50: w.transfer_ms_p50 }));
+                               rtt_minus_service_ms_p50: w.rtt_minus_service_ms_p50 }));
         });
         t += l.ms;
     }

@@ -1,6 +1,9 @@
 #include "tools/moezip-report/show.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 using nlohmann::json;
 
@@ -22,11 +25,6 @@ std::string field(const json & obj, const char * key) {
     return it->dump();
 }
 
-std::string oneline(const json & j, size_t max) {
-    std::string s = j.dump();
-    return s.size() > max ? s.substr(0, max - 3) + "..." : s;
-}
-
 std::string pad(const std::string & s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
 std::string rstrip(const std::string & s) {
@@ -34,15 +32,62 @@ std::string rstrip(const std::string & s) {
     return e == std::string::npos ? "" : s.substr(0, e + 1);
 }
 
-std::string layers_table(const json & layers) {
-    static const char * const cols[] = {"il", "calls", "rows", "local_rows", "remote_rows", "passthrough", "fallbacks", "ms"};
-    std::string s = "layers:\n ";
-    for (const char * c : cols) s += " " + pad(c, 11);
-    for (const json & l : layers) {
+// An aligned table of the given members of every object in `rows` (absent members: "-"); each
+// column as wide as its widest cell, at least `width`.
+std::string table(const char * title, const json & rows, std::initializer_list<const char *> cols, size_t width) {
+    std::vector<size_t> w;
+    for (const char * c : cols) {
+        size_t m = std::max(width, strlen(c) + 1);
+        for (const json & l : rows) m = std::max(m, field(l, c).size() + 1);
+        w.push_back(m);
+    }
+    std::string s = std::string(title) + ":\n ";
+    size_t i = 0;
+    for (const char * c : cols) s += " " + pad(c, w[i++]);
+    for (const json & l : rows) {
         s = rstrip(s) + "\n ";
-        for (const char * c : cols) s += " " + pad(field(l, c), 11);
+        i = 0;
+        for (const char * c : cols) s += " " + pad(field(l, c), w[i++]);
     }
     return rstrip(s) + "\n";
+}
+
+std::string mib(const json & obj, const char * key, double unit) {
+    if (!obj.is_object() || !obj.contains(key) || !obj[key].is_number() || obj[key].get<double>() < 0) return "-";
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f MiB", obj[key].get<double>() * unit / 1048576.0);
+    return buf;
+}
+
+// Workers as one table (the partial combine's "shadow" entry is printed on its own line).
+std::string workers_section(const json & workers) {
+    json rows = json::array();
+    std::string shadow;
+    for (const json & w : workers) {
+        if (!w.is_object()) continue;
+        if (w.contains("shadow")) {
+            shadow = "shadow checks: " + field(w["shadow"], "calls") + " calls, max abs error " + field(w["shadow"], "max_abs_err") +
+                     ", min cosine " + field(w["shadow"], "min_cosine") + "\n";
+            continue;
+        }
+        json r = w;
+        if (w.contains("identity") && w["identity"].is_object()) r["experts"] = w["identity"].value("experts", "");
+        rows.push_back(r);
+    }
+    std::string s = table("workers", rows, {"endpoint", "experts", "requests", "rows", "slots", "bytes_out", "bytes_in"}, 11);
+    s += table("worker times (ms) and faults", rows,
+               {"endpoint", "rtt_ms_p50", "rtt_ms_p99", "service_ms_p50", "rtt_minus_service_ms_p50", "hash_failed", "errors", "timeouts",
+                "fallbacks"}, 11);
+    for (const json & w : rows)
+        if (!field(w, "refused").empty() && field(w, "refused") != "-") s += "  refused " + field(w, "endpoint") + ": " + field(w, "refused") + "\n";
+    return s + shadow;
+}
+
+std::string memory_section(const json & m) {
+    std::string s = "memory: peak " + mib(m, "hwm_kib", 1024) + ", while serving " + mib(m, "rss_kib_graph_max", 1024);
+    if (m.contains("released_bytes")) s += ", released " + mib(m, "released_bytes", 1) + " of worker-owned experts";
+    if (m.contains("not_released")) s += " (not released: " + field(m, "not_released") + ")";
+    return s + "\n";
 }
 
 std::string show_report(const Document & d) {
@@ -68,16 +113,15 @@ std::string show_report(const Document & d) {
         s += "provider map: " + std::to_string(j["provider_map"].size()) + " MoE layers, " +
              std::to_string(dispatchable) + " dispatchable\n";
     }
-    if (j.contains("layers") && j["layers"].is_array() && !j["layers"].empty()) s += layers_table(j["layers"]);
+    if (j.contains("layers") && j["layers"].is_array() && !j["layers"].empty())
+        s += table("layers", j["layers"], {"il", "calls", "rows", "local_rows", "remote_rows", "passthrough", "fallbacks", "ms"}, 11);
     if (j.contains("checks")) {
         const json & c = j["checks"];
         s += "checks: identity passed " + field(c, "identity_passed") + ", failed " + field(c, "identity_failed") +
              "; regions handled " + field(c, "regions_handled") + ", passthrough " + field(c, "regions_passthrough") + "\n";
     }
-    if (j.contains("workers") && j["workers"].is_array() && !j["workers"].empty()) {
-        s += "workers:\n";
-        for (const json & w : j["workers"]) s += "  " + oneline(w, 160) + "\n";
-    }
+    if (j.contains("workers") && j["workers"].is_array() && !j["workers"].empty()) s += workers_section(j["workers"]);
+    if (j.contains("memory") && j["memory"].is_object()) s += memory_section(j["memory"]);
     if (j.contains("errors") && j["errors"].is_object()) {
         s += "errors: " + field(j["errors"], "count") + "\n";
         if (j["errors"].contains("first") && j["errors"]["first"].is_array()) {
