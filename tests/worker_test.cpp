@@ -409,6 +409,10 @@ TEST(Worker, BadStartupInputFailsWithAMessage) {
     CommandResult r = run_command({bin_path("moezip-worker"), "--model", tiny_model(), "--experts", "0-8", "--bind", "ipc://" + dir + "/x"}, {}, 60);
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("expert 8 does not exist"), std::string::npos) << r.err;
+    // a range reaching past the model names its first missing expert, not its end
+    r = run_command({bin_path("moezip-worker"), "--model", tiny_model(), "--experts", "6-12", "--bind", "ipc://" + dir + "/x"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("expert 8 does not exist (model"), std::string::npos) << r.err;
     r = run_command({bin_path("moezip-worker"), "--model", dir + "/missing.gguf"}, {}, 60);
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("missing.gguf"), std::string::npos) << r.err;

@@ -2,6 +2,7 @@
 
 #include "provider_map/expert_digest.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -202,7 +203,7 @@ Status WorkerModel::load(const WorkerModelOptions & opt) {
     for (const ExpertRange & r : served_) {
         if (r.last >= n_expert_)
             return Status::invalid_argument("--experts " + expert_ranges_format(served_) + ": expert " +
-                                            std::to_string(r.last) + " does not exist (model " + path_ + " has " +
+                                            std::to_string(std::max(r.first, (int) n_expert_)) + " does not exist (model " + path_ + " has " +
                                             std::to_string(n_expert_) + " experts, 0-" + std::to_string(n_expert_ - 1) + ")");
         for (int e = r.first; e <= r.last; ++e) served_mask_[e] = true;
     }
