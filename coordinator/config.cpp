@@ -264,8 +264,9 @@ struct Reader {
             read_bool(*t, "experts", "release_unowned", cfg.experts.release_unowned);
         }
         if (const toml::table * t = section(root, "shard")) {
-            check_known(*t, "shard", {"local_share"});
+            check_known(*t, "shard", {"local_share", "shadow_every"});
             read_double(*t, "shard", "local_share", 0.0, 1.0, cfg.shard.local_share);
+            read_int(*t, "shard", "shadow_every", 0, 1000000000, cfg.shard.shadow_every);
         }
         if (const toml::table * t = section(root, "dispatch")) {
             check_known(*t, "dispatch", {"timeout_ms", "on_worker_error", "connect_timeout_ms"});

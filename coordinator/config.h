@@ -23,7 +23,7 @@ enum class ConfigMode {
     local,    ///< moezip computes the regions itself, here (checks the interception, no workers)
     rows,     ///< split each region's rows (tokens) between this host and the workers
     experts,  ///< split by expert ownership: each host computes the experts it owns
-    shard,    ///< reserved (weight sharding); keys are validated, the mode is not implemented
+    shard,    ///< every host computes a slice of every expert's n_ff; partial row sums are reduced here
 };
 
 /// Provider identity mismatch (the engine's kernel is not the one the provider map expects).
@@ -49,9 +49,10 @@ struct ExpertsConfig {
     bool release_unowned = true;
 };
 
-/// [shard]: reserved.
+/// [shard]: mode = "shard".
 struct ShardConfig {
-    double local_share = 1.0;  ///< 0..1; default 1
+    double local_share = 1.0;  ///< fraction of every expert's n_ff computed here, 0..1; default 1
+    int shadow_every = 0;      ///< recompute every Nth call whole here and report the error; 0 = never
 };
 
 /// [dispatch]: defaults for every worker.
@@ -64,7 +65,7 @@ struct DispatchConfig {
 /// One [[worker]] table, in file order.
 struct WorkerConfig {
     std::string endpoint;              ///< "tcp://host:port" or "ipc:///path" (required)
-    double share = 0.0;                ///< rows mode: this worker's fraction of the rows, 0..1; default 0
+    double share = 0.0;                ///< rows mode: its fraction of the rows; shard mode: of every expert's n_ff; 0..1; default 0
     std::vector<ExpertRange> experts;  ///< experts mode: experts this worker owns; default none
     int timeout_ms = 5000;             ///< resolved per-request timeout, ms (own value or dispatch.timeout_ms)
     bool has_share = false;            ///< `share` was written in the file

@@ -34,28 +34,31 @@ std::vector<ExpertOwner> expert_owners(const Config & cfg) {
     return owners;
 }
 
-void check_rows(const Config & cfg, std::vector<ConfigIssue> & issues) {
-    int local_line = config_line_of(cfg, "rows.local_share", config_line_of(cfg, "mode", 1));
+// rows and shard modes: local_share + every worker's share must be 1. `mode` names the section
+// ("rows" or "shard") and what is shared ("rows" or "n_ff slices") in messages.
+void check_shares(const Config & cfg, const char * mode, double local_share, std::vector<ConfigIssue> & issues) {
+    const std::string key = std::string(mode) + ".local_share";
+    int local_line = config_line_of(cfg, key, config_line_of(cfg, "mode", 1));
     if (cfg.workers.empty()) {
-        if (cfg.rows.local_share != 1.0) {
-            issues.push_back({local_line, "rows.local_share: rows mode without any [[worker]] needs local_share = 1, got " +
-                                          config_format_double(cfg.rows.local_share)});
+        if (local_share != 1.0) {
+            issues.push_back({local_line, key + ": " + mode + " mode without any [[worker]] needs local_share = 1, got " +
+                                          config_format_double(local_share)});
         }
         return;
     }
-    double sum = cfg.rows.local_share;
-    std::string terms = config_format_double(cfg.rows.local_share);
+    double sum = local_share;
+    std::string terms = config_format_double(local_share);
     bool all_set = true;
     for (size_t i = 0; i < cfg.workers.size(); ++i) {
         const WorkerConfig & w = cfg.workers[i];
-        if (!w.has_share) issues.push_back({w.line, worker_name(i) + ".share: required in rows mode"});
+        if (!w.has_share) issues.push_back({w.line, worker_name(i) + ".share: required in " + mode + " mode"});
         all_set = all_set && w.has_share;
         sum += w.share;
         terms += " + " + config_format_double(w.share);
     }
     if (all_set && std::fabs(sum - 1.0) > share_tolerance) {
-        std::string note = cfg.lines.count("rows.local_share") ? "" : " (rows.local_share is not set and defaults to 1)";
-        issues.push_back({local_line, "rows.local_share: local_share + the workers' shares must be 1 (+-1e-6), got " +
+        std::string note = cfg.lines.count(key) ? "" : " (" + key + " is not set and defaults to 1)";
+        issues.push_back({local_line, key + ": local_share + the workers' shares must be 1 (+-1e-6), got " +
                                       terms + " = " + config_format_double(sum) + note});
     }
 }
@@ -104,7 +107,8 @@ bool all_digits(const std::string & s) {
 
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
     check_endpoints(cfg, issues);
-    if (cfg.mode == ConfigMode::rows) check_rows(cfg, issues);
+    if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, issues);
+    if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, issues);
     if (cfg.mode == ConfigMode::experts) check_experts(cfg, issues);
 }
 

@@ -77,6 +77,7 @@ void describe_sections(const Config & c, Lines & l) {
     l.add("experts.shadow_every", c.experts.shadow_every);
     l.add("experts.release_unowned", c.experts.release_unowned);
     l.add_num("shard.local_share", c.shard.local_share);
+    l.add("shard.shadow_every", c.shard.shadow_every);
     l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);
     l.add_str("dispatch.on_worker_error", config_worker_error_name(c.dispatch.on_worker_error));
     l.add("dispatch.connect_timeout_ms", c.dispatch.connect_timeout_ms);

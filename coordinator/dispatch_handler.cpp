@@ -4,6 +4,7 @@
 #include "coordinator/split.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 namespace moezip {
@@ -21,6 +22,29 @@ void DispatchHandler::gather_inputs(const MoeRegion & r) {
     region_gather_routing(r, ids_, weights_);
     hidden_.resize((size_t) (n * E));
     for (int64_t t = 0; t < n; ++t) memcpy(&hidden_[t * E], region_hidden_row(r, t), E * sizeof(float));
+}
+
+void DispatchHandler::shadow_check(const MoeRegion & r) {
+    const int64_t n = r.n_tokens, E = r.n_embd;
+    std::vector<float> saved_slots;
+    saved_slots.swap(slots_);
+    shadow_out_.resize((size_t) (n * E));
+    std::vector<float> out_copy(static_cast<float *>(r.out->data), static_cast<float *>(r.out->data) + n * E);
+    if (!compute_rows_here(r, 0, n)) { slots_.swap(saved_slots); return; }
+    // compute_rows_here wrote the exact result into r.out: compare, then put the partial result back
+    memcpy(shadow_out_.data(), r.out->data, n * E * sizeof(float));
+    memcpy(r.out->data, out_copy.data(), n * E * sizeof(float));
+    double dot = 0, na = 0, nb = 0, max_abs = 0;
+    for (int64_t i = 0; i < n * E; ++i) {
+        double a = out_copy[i], b = shadow_out_[i];
+        dot += a * b; na += a * a; nb += b * b;
+        max_abs = std::max(max_abs, std::fabs(a - b));
+    }
+    double cos = (na > 0 && nb > 0) ? dot / std::sqrt(na * nb) : 1.0;
+    ++shadow_calls_;
+    shadow_max_abs_ = std::max(shadow_max_abs_, max_abs);
+    shadow_min_cos_ = std::min(shadow_min_cos_, cos);
+    slots_.swap(saved_slots);
 }
 
 Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {

@@ -9,13 +9,19 @@
 //           engine's order, bit-identical); combine = "partial": it returns per-row partial sums
 //           (fewer bytes, not bit-identical; shadow_every = N recomputes every Nth call here and
 //           records max-abs error and cosine). Decode (1 row) is distributed too.
+// shard   — each host owns a slice of every expert's n_ff (whole quantization blocks of the down
+//           weights); every host gets every row and returns per-row partial sums over its slice,
+//           which this host adds in slice order. Not bit-identical to one node (the n_ff dot products
+//           of down are split into partial sums): shadow_every = N measures the difference.
 // In both, requests go out before the local part is computed (overlap), and a failed worker's part
 // is computed here (on_worker_error = "local") or the compute fails ("abort").
 #pragma once
 
 #include "coordinator/dispatcher.h"
 #include "coordinator/region_handler.h"
+#include "coordinator/split.h"
 
+#include <array>
 #include <memory>
 #include <set>
 #include <string>
@@ -40,6 +46,10 @@ protected:
     /// place ffn_moe_out in the memory of the input (dead in the engine's order once up/gate ran),
     /// so the engine's input cannot be read after the output has been written.
     void gather_inputs(const MoeRegion & r);
+    /// Recomputes the whole region here (exact, slot order) and records the largest absolute
+    /// difference and the smallest cosine against what r.out holds now; r.out is left unchanged.
+    /// For combines that are not bit-identical (experts partial, shard).
+    void shadow_check(const MoeRegion & r);
 
     const Config & cfg_;
     Dispatcher disp_;
@@ -47,7 +57,8 @@ protected:
     std::vector<float> weights_;
     std::vector<float> hidden_;
     std::vector<float> slots_;
-    // shadow checks of the partial combine
+    // shadow checks of the combines that are not bit-identical
+    std::vector<float> shadow_out_;
     uint64_t shadow_calls_ = 0;
     double shadow_max_abs_ = 0, shadow_min_cos_ = 1;
 };
@@ -56,6 +67,20 @@ class RowsHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+};
+
+class ShardHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+
+private:
+    /// Units [slice.first, slice.first + slice.count) of every expert's n_ff for every row, here:
+    /// per-row partial sums (slot order) into part [n_embd, n_tokens].
+    Status compute_slice_here(const MoeRegion & r, const RowBlock & slice, std::vector<float> & part);
+    std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
+    std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
+    uint64_t calls_ = 0;
 };
 
 class ExpertsHandler : public DispatchHandler {
@@ -69,13 +94,12 @@ private:
     struct Part;  // one worker's request of one call
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
-    void shadow_check(const MoeRegion & r);
     /// Once per (layer, worker), after worker w served layer r.il: drop this host's pages of the
     /// experts w owns in that layer (coordinator/weight_release.h).
     void release_unowned(const MoeRegion & r, size_t w);
     std::vector<int> owners_;
     uint64_t partial_calls_ = 0;
-    std::vector<float> pair_hidden_, pair_weights_, pair_out_, shadow_out_;
+    std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;
     std::set<std::pair<int, size_t>> released_;  // (layer, worker) pairs already handled
     uint64_t released_bytes_ = 0, released_parts_ = 0;

@@ -63,7 +63,7 @@ Status Dispatcher::hello(Worker & w) {
 
 std::vector<int> Dispatcher::assigned_experts(size_t w, int n_expert) const {
     std::vector<int> out;
-    if (cfg_.mode == ConfigMode::rows) {
+    if (cfg_.mode == ConfigMode::rows || cfg_.mode == ConfigMode::shard) {
         for (int e = 0; e < n_expert; ++e) out.push_back(e);  // a row carries any expert
         return out;
     }

@@ -52,6 +52,7 @@ public:
     bool fault_corrupt_request() const { return fault_corrupt_; }
     MoeExecutor & executor() { return exec_; }
     const Config & config() const { return cfg_; }
+    const GgmlApi & api() const { return api_; }
 
     /// Per-worker evidence for the report.
     nlohmann::json stats_json() const;

@@ -52,29 +52,6 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     return Status::ok();
 }
 
-void ExpertsHandler::shadow_check(const MoeRegion & r) {
-    const int64_t n = r.n_tokens, E = r.n_embd;
-    std::vector<float> saved_slots;
-    saved_slots.swap(slots_);
-    shadow_out_.resize((size_t) (n * E));
-    std::vector<float> out_copy(static_cast<float *>(r.out->data), static_cast<float *>(r.out->data) + n * E);
-    if (!compute_rows_here(r, 0, n)) { slots_.swap(saved_slots); return; }
-    // compute_rows_here wrote the exact result into r.out: compare, then put the partial result back
-    memcpy(shadow_out_.data(), r.out->data, n * E * sizeof(float));
-    memcpy(r.out->data, out_copy.data(), n * E * sizeof(float));
-    double dot = 0, na = 0, nb = 0, max_abs = 0;
-    for (int64_t i = 0; i < n * E; ++i) {
-        double a = out_copy[i], b = shadow_out_[i];
-        dot += a * b; na += a * a; nb += b * b;
-        max_abs = std::max(max_abs, std::fabs(a - b));
-    }
-    double cos = (na > 0 && nb > 0) ? dot / std::sqrt(na * nb) : 1.0;
-    ++shadow_calls_;
-    shadow_max_abs_ = std::max(shadow_max_abs_, max_abs);
-    shadow_min_cos_ = std::min(shadow_min_cos_, cos);
-    slots_.swap(saved_slots);
-}
-
 Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;

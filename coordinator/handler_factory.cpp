@@ -20,6 +20,9 @@ Status handler_make(const Config & cfg, const GgmlApi & api, const EngineIdentit
         case ConfigMode::experts:
             out.reset(new ExpertsHandler(cfg, api, self));
             return Status::ok();
+        case ConfigMode::shard:
+            out.reset(new ShardHandler(cfg, api, self));
+            return Status::ok();
         default:
             return Status::unsupported(std::string("mode \"") + config_mode_name(cfg.mode) + "\" is not implemented yet");
     }

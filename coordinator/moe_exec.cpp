@@ -16,6 +16,18 @@ ggml_tensor * external_tensor(const GgmlApi & api, ggml_context * ctx, const ggm
     return t;
 }
 
+// A view of src's units [first, first + count) along dimension `dim` (0 or 1) with src's strides.
+ggml_tensor * slice_tensor(const GgmlApi & api, ggml_context * ctx, const ggml_tensor * src, int dim, int64_t first, int64_t count) {
+    int64_t ne[3] = {src->ne[0], src->ne[1], src->ne[2]};
+    ne[dim] = count;
+    ggml_tensor * t = api.ggml_new_tensor_3d(ctx, src->type, ne[0], ne[1], ne[2]);
+    for (int i = 1; i < 4; ++i) t->nb[i] = src->nb[i];
+    const size_t offset = dim == 0 ? (size_t) (first / api.ggml_blck_size(src->type)) * api.ggml_type_size(src->type)
+                                   : (size_t) first * src->nb[1];
+    t->data = static_cast<char *>(src->data) + offset;
+    return t;
+}
+
 uint8_t * carve(std::vector<uint8_t> & buf, size_t & used, size_t bytes) {
     const size_t align = 64;
     uint8_t * p = buf.data() + used;
@@ -27,12 +39,19 @@ uint8_t * carve(std::vector<uint8_t> & buf, size_t & used, size_t bytes) {
 
 Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, float * out, const MoeBuffers * bufs) {
     if (b.n_rows == 0) return Status::ok();
-    const int64_t n_embd = w.gate_exps->ne[0], n_ff = w.gate_exps->ne[1], n_expert = w.gate_exps->ne[2];
+    const int64_t n_embd = w.gate_exps->ne[0], n_ff_all = w.gate_exps->ne[1], n_expert = w.gate_exps->ne[2];
+    const bool sliced = w.ff_count > 0;
     if (b.k < 1 || b.n_rows < 0 || b.hidden_stride < (size_t) n_embd * sizeof(float))
         return Status::invalid_argument("bad batch: k=" + std::to_string(b.k) + " rows=" + std::to_string(b.n_rows));
-    if (w.up_exps->ne[0] != n_embd || w.up_exps->ne[1] != n_ff || w.down_exps->ne[0] != n_ff ||
+    if (w.up_exps->ne[0] != n_embd || w.up_exps->ne[1] != n_ff_all || w.down_exps->ne[0] != n_ff_all ||
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
+    if (sliced) {
+        const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
+        if (w.ff_first < 0 || w.ff_first + w.ff_count > n_ff_all || w.ff_first % blk != 0 || w.ff_count % blk != 0)
+            return Status::invalid_argument("n_ff slice [" + std::to_string(w.ff_first) + ", " + std::to_string(w.ff_first + w.ff_count) +
+                                            ") is outside [0, " + std::to_string(n_ff_all) + ") or not a multiple of " + std::to_string(blk));
+    }
     for (int64_t i = 0; i < b.k * b.n_rows; ++i) {
         if (b.ids[i] < 0 || b.ids[i] >= n_expert)
             return Status::invalid_argument("expert id " + std::to_string(b.ids[i]) + " out of range [0, " +
@@ -49,6 +68,11 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     ggml_tensor * gate_w = external_tensor(api_, ctx, w.gate_exps);
     ggml_tensor * up_w = external_tensor(api_, ctx, w.up_exps);
     ggml_tensor * down_w = external_tensor(api_, ctx, w.down_exps);
+    if (sliced && gate_w && up_w && down_w) {
+        gate_w = slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
+        up_w = slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
+        down_w = slice_tensor(api_, ctx, w.down_exps, 0, w.ff_first, w.ff_count);
+    }
     if (!gate_w || !up_w || !down_w) {
         api_.ggml_free(ctx);
         return Status::invalid_argument("expert weights are not densely laid out");

@@ -27,6 +27,11 @@ struct ExpertWeights {
     const ggml_tensor * up_exps = nullptr;    ///< [n_embd, n_ff, n_expert]
     const ggml_tensor * down_exps = nullptr;  ///< [n_ff, n_embd, n_expert]
     ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;  ///< activation between gate and up
+    /// Shard mode: only units [ff_first, ff_first + ff_count) of every expert's n_ff: rows of
+    /// gate/up (ne[1]) and the same columns of down (ne[0]), read in place through strided views.
+    /// The output is then a partial sum over n_ff. ff_count = 0: all of n_ff. Both must be
+    /// multiples of down's block size (ggml_blck_size: 32 for q8_0, 256 for K-quants).
+    int64_t ff_first = 0, ff_count = 0;
 };
 
 /// A batch of rows, each with k selected experts (slots).

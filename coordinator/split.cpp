@@ -31,6 +31,15 @@ std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & sha
     return blocks;
 }
 
+std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<double> & shares) {
+    std::vector<RowBlock> slices = split_rows(n_ff / block, shares);
+    for (RowBlock & s : slices) {
+        s.first *= block;
+        s.count *= block;
+    }
+    return slices;
+}
+
 std::vector<int> expert_owners(const Config & cfg, int n_expert) {
     std::vector<int> owner(n_expert, -2);
     for (int e = 0; e < n_expert; ++e) {

@@ -19,6 +19,11 @@ struct RowBlock {
 /// 0 gets no rows. This host gets the first block, workers the following blocks in config order.
 std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & shares);
 
+/// Shard mode: splits n_ff into slices by shares (as split_rows) in whole blocks of `block` units
+/// (the down weights' ggml_blck_size), so every slice starts and ends on a quantization block.
+/// n_ff must be a multiple of block. A share too small for one block may get none.
+std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<double> & shares);
+
 /// Experts mode: owner of every expert id: -1 = this host (the coordinator), i >= 0 = worker i.
 /// Experts nobody owns get -2 (config_check_expert_coverage reports them before any dispatch).
 std::vector<int> expert_owners(const Config & cfg, int n_expert);

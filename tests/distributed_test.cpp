@@ -290,3 +290,48 @@ TEST(Distributed, WeightsReadIntoMemoryAreKeptAndTheRunStaysExact) {
 }
 
 } // namespace
+
+namespace {
+
+// Shard mode: every host computes a slice of every expert's n_ff; partial sums are added here in
+// slice order. Not bit-identical to one node, but deterministic: a slice computed here after a
+// worker died gives the same bits the worker would have sent.
+TEST(Distributed, ShardPartialSumsAreCloseAndDeterministicUnderFailure) {
+    std::string model = fixture_model({"--preset", "small", "--type", "q8_0"});  // n_ff 256: 8 blocks of 32
+    Cluster c{test_dir("distributed_shard"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", ""));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", ""));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w2.sock", "", {{"MOEZIP_WORKER_FAULT", "exit_after=6"}}));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    auto body = [&](const std::string & second, const std::string & extra) {
+        return "mode = \"shard\"\n[shard]\nlocal_share = 0.5\n" + extra + "[dispatch]\ntimeout_ms = 500\n"
+               "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nshare = 0.25\n"
+               "[[worker]]\nendpoint = \"" + second + "\"\nshare = 0.25\n";
+    };
+    CommandResult r = run_host(c.dir, "shard", model, "require_intercept = true\n" + body(c.workers[1]->endpoint(), "shadow_every = 1\n"), kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json rep = load_json(c.dir + "/shard.json");
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    for (int w = 0; w < 2; ++w) {
+        EXPECT_EQ(rep["workers"][w]["rows"], sum_layers(rep, "rows")) << "every row goes to every worker: " << rep["workers"][w].dump();
+        EXPECT_EQ(rep["workers"][w]["hash_failed"], 0);
+    }
+    json shadow;
+    for (const auto & w : rep["workers"]) if (w.contains("shadow")) shadow = w["shadow"];
+    ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
+    EXPECT_EQ(shadow["calls"].get<int>(), 64) << "every call of both layers was checked";
+    EXPECT_GE(shadow["min_cosine"].get<double>(), 0.999999);
+    EXPECT_LE(shadow["max_abs_err"].get<double>(), 1e-4);
+    EXPECT_EQ(load_json(c.dir + "/shard-run.json")["tokens"], load_json(c.dir + "/single-run.json")["tokens"]);
+
+    // the same split with the second worker dying after 6 requests: its slice is computed here
+    CommandResult k = run_host(c.dir, "shard_killed", model, body(c.workers[2]->endpoint(), ""), kPrompt128);
+    ASSERT_EQ(k.exit_code, 0) << k.err;
+    json kr = load_json(c.dir + "/shard_killed.json");
+    EXPECT_GT(kr["workers"][1]["fallbacks"].get<int>(), 0) << kr["workers"].dump();
+    expect_same_logits(c.dir, "shard", "shard_killed");
+}
+
+} // namespace
+

@@ -47,3 +47,17 @@ TEST(ExpertOwners, CoordinatorWorkersAndUnowned) {
     std::vector<int> o = expert_owners(cfg, 8);
     EXPECT_EQ(o, (std::vector<int>{-1, -1, 0, 0, 0, -2, 1, -2}));
 }
+
+TEST(SplitFf, SlicesAreWholeBlocksInOrder) {
+    // a3b's n_ff 768 in q8_0 blocks of 32 (24 blocks), 50/50: two slices of 384
+    std::vector<RowBlock> s = split_ff(768, 32, {0.5, 0.5});
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].first, 0); EXPECT_EQ(s[0].count, 384);
+    EXPECT_EQ(s[1].first, 384); EXPECT_EQ(s[1].count, 384);
+    // 3 blocks of 256 (q4_K) by 1/3 each: one block per host
+    s = split_ff(768, 256, {1.0 / 3, 1.0 / 3, 1.0 / 3});
+    EXPECT_EQ(s[0].count, 256); EXPECT_EQ(s[1].first, 256); EXPECT_EQ(s[2].first, 512); EXPECT_EQ(s[2].count, 256);
+    // 0.9 / 0.1 of 3 blocks: 2.7 -> 3 and 0.3 -> 0 (a share below one block gets nothing)
+    s = split_ff(768, 256, {0.9, 0.1});
+    EXPECT_EQ(s[0].count, 768); EXPECT_EQ(s[1].count, 0);
+}

@@ -8,6 +8,8 @@
 #include "tests/worker_harness.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -302,6 +304,71 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
     EXPECT_EQ(ok.h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving: " << ok.text();
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
     EXPECT_NE(w.stderr_text().find("errors " + std::to_string(cases.size())), std::string::npos) << w.stderr_text();
+}
+
+// Shard mode: [header, hidden, ids, weights, ff_slice (first, count)].
+std::vector<zmq::message_t> shard_frames(const ComputeRequest & r, int32_t first, int32_t count, int32_t slice_bytes = 8) {
+    MsgHeader h = compute_header(r);
+    const int32_t ff[2] = {first, count};
+    msg_header_set_frame(h, 3, WireType::i32, ff, (size_t) slice_bytes);
+    std::vector<zmq::message_t> f = compute_frames(h, r);
+    f.emplace_back(ff, (size_t) slice_bytes);
+    return f;
+}
+
+TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
+    // tiny q8_0: n_ff 64 = two blocks of 32; each slice is bit-identical to the executor on the same
+    // views, and the two partial sums add up to the whole row (up to float rounding)
+    ReferenceModel m;
+    ASSERT_TRUE(m.load(tiny_model()));
+    std::string dir = test_dir("worker_shard");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}));
+    WorkerClient c(w.endpoint());
+    ComputeRequest r = random_request(1, 9, 77);
+    const Expected whole = reference_compute(m, r);
+    std::vector<float> sum((size_t) kEmbd * r.n_rows, 0.0f);
+    for (int32_t first : {0, 32}) {
+        WorkerReply rep = ask(c, shard_frames(r, first, 32));
+        ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
+        ASSERT_EQ(rep.verify(), ErrorCode::ok);
+        MoeExecutor exec(reference_api(), 1);
+        ExpertWeights ew = m.weights(r.layer);
+        ew.ff_first = first;
+        ew.ff_count = 32;
+        SlotBatch b;
+        b.n_rows = r.n_rows; b.k = r.n_used; b.hidden = r.hidden.data(); b.hidden_stride = kEmbd * sizeof(float);
+        b.ids = r.ids.data(); b.weights = r.weights.data();
+        std::vector<float> slots((size_t) kEmbd * r.n_used * r.n_rows), part((size_t) kEmbd * r.n_rows);
+        ASSERT_TRUE(exec.compute_slots(ew, b, slots.data()));
+        moe_sum_slots(slots.data(), kEmbd, r.n_used, r.n_rows, part.data());
+        EXPECT_TRUE(same_bytes(rep.frames[0], part)) << "slice " << first << " differs from the executor's";
+        EXPECT_FALSE(same_bytes(rep.frames[0], whole.row_sums)) << "a slice is not the whole computation";
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    double max_err = 0, max_abs = 0;
+    for (size_t i = 0; i < sum.size(); ++i) {
+        max_err = std::max(max_err, (double) std::fabs(sum[i] - whole.row_sums[i]));
+        max_abs = std::max(max_abs, (double) std::fabs(whole.row_sums[i]));
+    }
+    EXPECT_GT(max_abs, 0.0);
+    EXPECT_LE(max_err, 1e-5 * std::max(1.0, max_abs)) << "slices must add up to the whole FFN";
+    // malformed slices are refused with a named error, and the worker keeps serving
+    struct Case { const char * name; ErrorCode code; std::vector<zmq::message_t> frames; };
+    std::vector<Case> cases;
+    cases.push_back({"slice not on a block boundary", ErrorCode::bad_shape, shard_frames(r, 16, 32)});
+    cases.push_back({"slice past n_ff", ErrorCode::bad_shape, shard_frames(r, 32, 64)});
+    cases.push_back({"empty slice", ErrorCode::bad_shape, shard_frames(r, 0, 0)});
+    cases.push_back({"slice frame of 4 bytes", ErrorCode::bad_frames, shard_frames(r, 0, 32, 4)});
+    ComputeRequest slots_reply = r;
+    slots_reply.reply = ReplyKind::slots;
+    cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, 0, 32)});
+    for (Case & k : cases) {
+        WorkerReply rep = ask(c, std::move(k.frames));
+        EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << k.name;
+        EXPECT_EQ(rep.h.status, (int32_t) k.code) << k.name << ": got " << error_code_name((ErrorCode) rep.h.status) << ": " << rep.text();
+    }
+    EXPECT_EQ(ask_compute(c, r).h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving";
 }
 
 // RssAnon of a process in KiB (/proc/<pid>/status), -1 when unreadable.

@@ -8,6 +8,7 @@
 #   single    unhooked moezip-run (no LD_PRELOAD)            observe   preload, mode "observe"
 #   local     preload computes the MoE regions itself         rows1     rows mode, one worker, 50/50
 #   experts1  experts mode: coordinator owns the first half of the experts, one worker the second half
+#   shard1    shard mode: coordinator and one worker each compute half of every expert's n_ff (partial sums)
 #   experts2  experts mode: coordinator owns none, two workers a half each (3 processes on 2 cores)
 # Every process has one engine thread and is pinned to a core (taskset). Placement h0 = coordinator on
 # core 0, workers on core 1; h1 = swapped. Each run records moezip-run's JSON (prefill 512 tokens in
@@ -32,7 +33,7 @@
 #   BENCH_NET_MODELS    models that get the emulated links (default a3b-L4-q8_0)
 #   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
 #                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
-#   BENCH_ROWS_SHARE    rows mode: the coordinator's share of each region's rows (default 0.5)
+#   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
@@ -89,7 +90,7 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|observe|local|rows1|experts1|experts2) ;; *) die "unknown variant '$v'";; esac
+    case "$v" in single|observe|local|rows1|experts1|experts2|shard1) ;; *) die "unknown variant '$v'";; esac
 done
 for n in $NETS; do case "$n" in 1g|10g) ;; *) die "BENCH_NETS: unknown link '$n' (1g, 10g or none)";; esac; done
 NET_NOTE=""
@@ -158,7 +159,7 @@ plan_for() {
     case "$1" in
         a3b-L8-q8_0) echo "single experts1" ;;
         a3b-L4-q4_K) echo "single rows1 experts1" ;;
-        *) echo "single observe local rows1 experts1 experts2" ;;
+        *) echo "single observe local rows1 experts1 experts2 shard1" ;;
     esac
 }
 
@@ -220,11 +221,12 @@ write_config() {
         case "$mode" in
             rows) echo "[rows]"; echo "local_share = $ROWS_SHARE" ;;
             experts) echo "[experts]"; echo "local = \"$local_experts\"" ;;
+            shard) echo "[shard]"; echo "local_share = $ROWS_SHARE" ;;
         esac
         while IFS='|' read -r ep share ex; do
             echo "[[worker]]"
             echo "endpoint = \"$ep\""
-            if [ "$mode" = rows ]; then echo "share = $share"; fi
+            if [ "$mode" = rows ] || [ "$mode" = shard ]; then echo "share = $share"; fi
             if [ "$mode" = experts ]; then echo "experts = \"$ex\""; fi
         done
     } > "$file"
@@ -248,12 +250,13 @@ run_one() {
         rows1) mode=rows; n_workers=1 ;;
         experts1) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
         experts2) mode=experts; n_workers=2 ;;
+        shard1) mode=shard; n_workers=1 ;;
     esac
     # workers
     local wex=() wshare=() wns=() wbind=() ok=1
     W_EP=(); W_MIB=(); W_HWM=()
     case "$v" in
-        rows1) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
+        rows1|shard1) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
         experts1) wex=("$half-$((E - 1))") ;;
         experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
     esac
@@ -347,7 +350,7 @@ for m in $MODELS; do
 
     # phase runs (placement h0): local and every distributed variant, per link
     phase=()
-    for v in local $variants; do case "$v" in local|rows1|experts1|experts2) phase+=("$v lo");; esac; done
+    for v in local $variants; do case "$v" in local|rows1|experts1|experts2|shard1) phase+=("$v lo");; esac; done
     for v in $NET_VARIANTS; do for n in $nets_here; do phase+=("$v $n"); done; done
     seen=" "
     for c in "${phase[@]}"; do

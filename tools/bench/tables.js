@@ -2,7 +2,7 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "observe", "local", "rows1", "experts1", "experts2"];
+const VARIANTS = ["single", "observe", "local", "rows1", "experts1", "experts2", "shard1"];
 const NETS = ["lo", "1g", "10g"];
 const order = (a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0) ||
                         NETS.indexOf(a.net) - NETS.indexOf(b.net) ||
@@ -25,7 +25,7 @@ function speed_table(groups) {
         g.model, link(g.net), g.variant, cores(g),
         `${fmt(g.prefill.median, 1)} ±${fmt(g.prefill.spread_pct, 0)}%`, x2(g.prefill.ratio_to_single),
         `${fmt(g.decode.median, 2)} ±${fmt(g.decode.spread_pct, 0)}%`, x2(g.decode.ratio_to_single),
-        g.identical_logits === null ? "-" : g.identical_logits ? "yes" : "**no**",
+        g.identical_logits === null ? "-" : g.identical_logits ? "yes" : g.exact_by_design ? "**no**" : "no (partial sums, by design)",
         fmt(g.coordinator_rss_mib, 0), g.worker_rss_mib.map((x) => fmt(x, 0)).join(" + ") || "-",
         `${g.runs - g.failed}/${g.runs}` + (g.notes.length ? `; ${g.notes.join("; ")}` : ""),
     ]);

@@ -29,15 +29,20 @@ int64_t compute_count_pairs(const int32_t * ids, int64_t n) {
 }
 
 Status WorkerCompute::validate_header(const MsgHeader & h, ErrorCode & code) const {
-    if (h.n_frames != 3)
-        return fail(code, ErrorCode::bad_frames, "compute needs 3 data frames (hidden, ids, weights), header announces " +
+    if (h.n_frames != 3 && h.n_frames != 4)
+        return fail(code, ErrorCode::bad_frames, "compute needs 3 data frames (hidden, ids, weights) or 4 (and an n_ff slice), header announces " +
                                                      std::to_string(h.n_frames));
-    const WireType want[3] = {WireType::f32, WireType::i32, WireType::f32};
-    for (int i = 0; i < 3; ++i)
+    const WireType want[4] = {WireType::f32, WireType::i32, WireType::f32, WireType::i32};
+    for (int i = 0; i < h.n_frames; ++i)
         if (h.dtype[i] != static_cast<uint8_t>(want[i]))
             return fail(code, ErrorCode::bad_frames, "frame " + std::to_string(i + 1) + " dtype " + std::to_string(h.dtype[i]) +
                                                          ", expected " + std::to_string(static_cast<int>(want[i])) +
-                                                         " (hidden f32, ids i32, weights f32)");
+                                                         " (hidden f32, ids i32, weights f32, n_ff slice i32)");
+    if (h.n_frames == 4 && h.frame_bytes[3] != 2 * sizeof(int32_t))
+        return fail(code, ErrorCode::bad_frames, "n_ff slice frame is announced as " + std::to_string(h.frame_bytes[3]) +
+                                                     " bytes, needs 8 (first, count)");
+    if (h.n_frames == 4 && h.reply != static_cast<uint16_t>(ReplyKind::row_sums))
+        return fail(code, ErrorCode::bad_kind, "an n_ff slice gives partial sums: the reply must be row_sums (2)");
     const WorkerLayer * l = model_.layer(h.layer);
     if (l == nullptr) return fail(code, ErrorCode::bad_layer, "layer " + std::to_string(h.layer) + " is not a MoE layer of this model");
     if (h.n_embd != l->n_embd || h.n_ff != l->n_ff)
@@ -87,7 +92,24 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
     if (!st) return st;
     st = msg_frames_verify(h, n, frames, sizes, code);
     if (!st) return st;
+    if (h.n_frames == 4) {
+        int64_t first = 0, count = 0;
+        slice_of(frames[3], first, count);
+        const WorkerLayer * l = model_.layer(h.layer);
+        const int64_t block = api_.ggml_blck_size(l->down_exps->type);
+        if (first < 0 || count < 1 || first + count > l->n_ff || first % block != 0 || count % block != 0)
+            return fail(code, ErrorCode::bad_shape, "n_ff slice [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                                        ") is empty, outside [0, " + std::to_string(l->n_ff) +
+                                                        ") or not made of whole blocks of " + std::to_string(block));
+    }
     return validate_ids(h, static_cast<const int32_t *>(frames[1]), code);
+}
+
+void WorkerCompute::slice_of(const void * frame, int64_t & first, int64_t & count) {
+    int32_t v[2];
+    memcpy(v, frame, sizeof v);  // the frame may be misaligned
+    first = v[0];
+    count = v[1];
 }
 
 const void * WorkerCompute::aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy) {
@@ -163,6 +185,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     w.up_exps = l->up_exps;
     w.down_exps = l->down_exps;
     w.glu_op = static_cast<ggml_glu_op>(h.glu_op);
+    if (h.n_frames == 4) slice_of(frames[3], w.ff_first, w.ff_count);  // shard mode: a partial sum over this slice
     Status st = Status::ok();
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
         SlotBatch b;

@@ -3,7 +3,9 @@
 //
 // A request carries, for rows r and slots s:
 //   hidden  f32 [n_embd, n_rows], ids i32 [n_used, n_rows] (-1 = slot not for this worker),
-//   weights f32 [n_used, n_rows].
+//   weights f32 [n_used, n_rows], and in shard mode a fourth frame
+//   ff_slice i32 [2] = (first, count): only units [first, first + count) of every expert's n_ff
+//   (whole blocks of the down weights), so every output is a partial sum (reply row_sums only).
 // The worker computes slot[r, s] = weights[s, r] * down_e(act(gate_e(x_r), up_e(x_r))), e = ids[s, r],
 // with MoeExecutor (the engine's kernels) for every slot with id >= 0, and replies
 //   slots:    f32 [n_embd, n_pairs], the slots with id >= 0 in (row, slot) order;
@@ -26,10 +28,11 @@ namespace moezip {
 
 class WorkerCompute {
 public:
-    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads) : model_(model), exec_(api, n_threads) {}
+    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads) : model_(model), api_(api), exec_(api, n_threads) {}
 
     /// Checks everything about a compute request before anything is allocated or computed: frame
-    /// count (3), dtypes (f32, i32, f32), layer (a MoE layer of the model), n_embd and n_ff (the
+    /// count (3, or 4 with an n_ff slice: 8 bytes, reply row_sums, whole blocks inside n_ff), dtypes
+    /// (f32, i32, f32[, i32]), layer (a MoE layer of the model), n_embd and n_ff (the
     /// model's), 0 <= n_rows <= kMaxRows, 1 <= n_used <= kMaxUsed, reply kind, glu_op (SWIGLU,
     /// GEGLU, REGLU, GEGLU_ERF, GEGLU_QUICK), frame sizes against the dims, received frames against
     /// the header (sizes, XXH3-64), every id in [-1, n_expert) and every id >= 0 served here.
@@ -49,7 +52,10 @@ private:
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
                          const float * weights, int64_t n_pairs, float * slots);
 
+    static void slice_of(const void * frame, int64_t & first, int64_t & count);
+
     const WorkerModel & model_;
+    const GgmlApi & api_;
     MoeExecutor exec_;
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums
     std::vector<float> pair_hidden_, pair_weights_;   // gathered rows for the (row, slot) pair path
