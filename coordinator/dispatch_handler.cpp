@@ -47,6 +47,19 @@ void DispatchHandler::shadow_check(const MoeRegion & r) {
     slots_.swap(saved_slots);
 }
 
+MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply) {
+    MsgHeader h = msg_header_make(MsgKind::compute);
+    h.request_id = disp_.next_request_id();
+    h.layer = r.il;
+    h.n_embd = (int32_t) r.n_embd;
+    h.n_ff = (int32_t) r.n_ff;
+    h.n_used = (int32_t) r.n_used;
+    h.n_rows = (int32_t) n_rows;
+    h.reply = static_cast<uint16_t>(reply);
+    h.glu_op = (uint32_t) r.glu_op;
+    return h;
+}
+
 Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {
     if (count == 0) return Status::ok();
     const int64_t k = r.n_used, E = r.n_embd;
@@ -87,12 +100,8 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         const RowBlock & b = blocks[w + 1];
         if (b.count == 0) continue;
         if (!disp_.usable(w, r)) { here.push_back(w); continue; }
-        MsgHeader h = msg_header_make(MsgKind::compute);
-        h.request_id = disp_.next_request_id();
-        h.layer = r.il; h.n_embd = (int32_t) E; h.n_ff = (int32_t) r.n_ff; h.n_used = (int32_t) k;
-        h.n_rows = (int32_t) b.count; h.row_offset = (int32_t) b.first;
-        h.reply = static_cast<uint16_t>(ReplyKind::row_sums);
-        h.glu_op = (uint32_t) r.glu_op;
+        MsgHeader h = request_header(r, b.count, ReplyKind::row_sums);
+        h.row_offset = (int32_t) b.first;
         Status st = disp_.link(w).send(h, {{WireType::f32, {&hidden_[b.first * E], (size_t) (b.count * E) * sizeof(float)}},
                                            {WireType::i32, {&ids_[b.first * k], (size_t) (b.count * k) * sizeof(int32_t)}},
                                            {WireType::f32, {&weights_[b.first * k], (size_t) (b.count * k) * sizeof(float)}}},

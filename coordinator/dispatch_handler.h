@@ -46,6 +46,9 @@ protected:
     /// place ffn_moe_out in the memory of the input (dead in the engine's order once up/gate ran),
     /// so the engine's input cannot be read after the output has been written.
     void gather_inputs(const MoeRegion & r);
+    /// A compute request's header for region r: a new request id, the layer's dims, n_rows rows,
+    /// the reply kind and the layer's activation. Frames are set by WorkerLink::send.
+    MsgHeader request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply);
     /// Recomputes the whole region here (exact, slot order) and records the largest absolute
     /// difference and the smallest cosine against what r.out holds now; r.out is left unchanged.
     /// For combines that are not bit-identical (experts partial, shard).

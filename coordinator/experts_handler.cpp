@@ -86,12 +86,8 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     for (size_t w = 0; w < parts.size(); ++w) {
         Part & p = parts[w];
         if (p.rows.empty() || !disp_.usable(w, r)) continue;
-        MsgHeader h = msg_header_make(MsgKind::compute);
-        h.request_id = p.request_id = disp_.next_request_id();
-        h.layer = r.il; h.n_embd = (int32_t) E; h.n_ff = (int32_t) r.n_ff; h.n_used = (int32_t) k;
-        h.n_rows = (int32_t) p.rows.size();
-        h.reply = static_cast<uint16_t>(exact ? ReplyKind::slots : ReplyKind::row_sums);
-        h.glu_op = (uint32_t) r.glu_op;
+        MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact ? ReplyKind::slots : ReplyKind::row_sums);
+        p.request_id = h.request_id;
         Status st = disp_.link(w).send(h, {{WireType::f32, {p.hidden.data(), p.hidden.size() * sizeof(float)}},
                                            {WireType::i32, {p.ids.data(), p.ids.size() * sizeof(int32_t)}},
                                            {WireType::f32, {p.weights.data(), p.weights.size() * sizeof(float)}}},

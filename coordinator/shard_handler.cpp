@@ -47,12 +47,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         const RowBlock & s = slices[w + 1];
         if (s.count == 0) continue;
         if (!disp_.usable(w, r)) { here.push_back(w); continue; }
-        MsgHeader h = msg_header_make(MsgKind::compute);
-        h.request_id = disp_.next_request_id();
-        h.layer = r.il; h.n_embd = (int32_t) E; h.n_ff = (int32_t) r.n_ff; h.n_used = (int32_t) k;
-        h.n_rows = (int32_t) n;
-        h.reply = static_cast<uint16_t>(ReplyKind::row_sums);
-        h.glu_op = (uint32_t) r.glu_op;
+        MsgHeader h = request_header(r, n, ReplyKind::row_sums);
         ff_frames_[w] = {(int32_t) s.first, (int32_t) s.count};
         Status st = disp_.link(w).send(h, {{WireType::f32, {hidden_.data(), hidden_.size() * sizeof(float)}},
                                            {WireType::i32, {ids_.data(), ids_.size() * sizeof(int32_t)}},
