@@ -37,6 +37,7 @@ public:
     void set_threads(int n_threads) override { disp_.executor().set_threads(n_threads); }
     void shutdown() override { disp_.shutdown(); }
     nlohmann::json workers_json() const override;
+    std::vector<std::string> take_errors() override { return disp_.take_errors(); }
 
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
@@ -90,7 +91,9 @@ class ExpertsHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
-    /// {"release_unowned", "released_bytes", "released_parts" (layer x worker), "not_released"}.
+    /// {"release_unowned", "advised_bytes" (given to madvise), "rss_dropped_bytes" (VmRSS decrease
+    /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
+    /// "not_released"}.
     nlohmann::json memory_json() const override;
 
 private:
@@ -105,7 +108,8 @@ private:
     std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;
     std::set<std::pair<int, size_t>> released_;  // (layer, worker) pairs already handled
-    uint64_t released_bytes_ = 0, released_parts_ = 0;
+    uint64_t advised_bytes_ = 0, released_parts_ = 0;  // bytes given to madvise (resident or not); (layer, worker) pairs
+    uint64_t rss_dropped_bytes_ = 0;                    // VmRSS decrease measured across those madvise calls
     std::string not_released_;                    // why memory was kept (first reason)
 };
 

@@ -160,6 +160,9 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     w.down_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.backoff_ms);
     w.said_hello = false;  // probe with a fresh hello when the back-off ends
     if (w.link) w.link->reset();
+    ++w.failures;
+    w.last_failure = why.message();
+    if (pending_errors_.size() < 50) pending_errors_.push_back("worker " + w.cfg->endpoint + " failed: " + why.message());
     if (!w.logged_down) {
         const bool here = cfg_.dispatch.on_worker_error == WorkerErrorPolicy::local;
         LOG_ERROR("worker %s failed: %s; %s, probing it again after %d ms (back-off doubling to 30 s)", w.cfg->endpoint.c_str(),
@@ -178,7 +181,8 @@ static double percentile(std::vector<float> v, double p) {
 nlohmann::json Dispatcher::stats_json() const {
     nlohmann::json arr = nlohmann::json::array();
     for (const Worker & w : workers_) {
-        nlohmann::json j = {{"endpoint", w.cfg->endpoint}, {"refused", w.refused}, {"fallbacks", w.fallbacks_unlinked}};
+        nlohmann::json j = {{"endpoint", w.cfg->endpoint}, {"refused", w.refused}, {"fallbacks", w.fallbacks_unlinked},
+                            {"failures", w.failures}, {"last_failure", w.last_failure}};
         if (w.identity.is_object())
             j["identity"] = {{"cpu_variant", w.identity.value("cpu_variant", "")}, {"experts", w.identity.value("experts", "")},
                              {"ggml_commit", w.identity.value("ggml_commit", "")}};

@@ -54,6 +54,10 @@ public:
     const Config & config() const { return cfg_; }
     const GgmlApi & api() const { return api_; }
 
+    /// Moves out the failure messages since the last call (for the report's errors; capped at 50
+    /// between calls).
+    std::vector<std::string> take_errors() { std::vector<std::string> e; e.swap(pending_errors_); return e; }
+
     /// Per-worker evidence for the report.
     nlohmann::json stats_json() const;
     /// Closes every socket (linger 0) and the context. Idempotent.
@@ -71,6 +75,8 @@ private:
         int backoff_ms = 0;
         bool logged_down = false;
         uint64_t fallbacks_unlinked = 0;     // fallbacks before any link existed
+        uint64_t failures = 0;               // times it was marked down
+        std::string last_failure;            // why, the last time
     };
 
     Status hello(Worker & w);
@@ -84,6 +90,7 @@ private:
     std::unique_ptr<zmq::context_t> ctx_;
     std::vector<Worker> workers_;
     uint64_t request_id_ = 0;
+    std::vector<std::string> pending_errors_;
     bool fault_corrupt_ = false;
     MoeExecutor exec_;
     int pid_ = 0;

@@ -184,14 +184,16 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     if (!cfg_.experts.release_unowned) { not_released_ = "experts.release_unowned = false"; return; }
     if (cfg_.experts.shadow_every > 0) {
         not_released_ = "experts.shadow_every > 0: shadow checks compute every expert here";
+        LOG_INFO("keeping the experts workers own resident here: %s", not_released_.c_str());
         return;
     }
     std::vector<int> experts;
     for (size_t e = 0; e < owners_.size(); ++e)
         if (owners_[e] == (int) w) experts.push_back((int) e);
     const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    const int64_t rss_before = proc_status_kib("VmRSS");
     for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {
-        Status st = release_expert_slices(t, experts, maps, released_bytes_);
+        Status st = release_expert_slices(t, experts, maps, advised_bytes_);
         if (!st) {
             not_released_ = st.message();
             LOG_INFO("keeping the experts workers own resident here: %s", st.message().c_str());
@@ -199,10 +201,13 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
         }
     }
     ++released_parts_;
+    const int64_t rss_after = proc_status_kib("VmRSS");
+    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
 }
 
 nlohmann::json ExpertsHandler::memory_json() const {
-    nlohmann::json j = {{"release_unowned", cfg_.experts.release_unowned}, {"released_bytes", released_bytes_},
+    nlohmann::json j = {{"release_unowned", cfg_.experts.release_unowned}, {"advised_bytes", advised_bytes_},
+                        {"rss_dropped_bytes", rss_dropped_bytes_},
                         {"released_parts", released_parts_}};
     if (!not_released_.empty()) j["not_released"] = not_released_;
     return j;

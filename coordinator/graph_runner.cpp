@@ -103,13 +103,16 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
         LayerCounters delta;
         // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
         Status st = Status::ok();
+        std::vector<std::string> recovered;
         if (r.n_tokens > 0) {
             std::lock_guard<std::mutex> hl(handler_mu_);
             st = handler_->compute(r, delta);
+            recovered = handler_->take_errors();
         }
         double ms = ms_between(t0, std::chrono::steady_clock::now());
         std::unique_lock<std::mutex> lock(mu_);
         LayerCounters & c = ev_.layers[r.il];
+        for (const std::string & e : recovered) ev_.add_error("layer " + std::to_string(r.il) + ": " + e);
         if (!st) {
             ev_.add_error("layer " + std::to_string(r.il) + ": " + st.to_string());
             if (opt_.abort_on_handler_error) {

@@ -26,6 +26,9 @@ public:
     virtual void shutdown() {}
     /// Per-worker evidence for the report (an empty array when there are no workers).
     virtual nlohmann::json workers_json() const { return nlohmann::json::array(); }
+    /// Errors the handler met and recovered from since the last call (a worker failed and its part
+    /// was computed here), for the report's errors.
+    virtual std::vector<std::string> take_errors() { return {}; }
     /// What the handler did with this host's memory, for the report's `memory` section.
     virtual nlohmann::json memory_json() const { return nlohmann::json::object(); }
 };

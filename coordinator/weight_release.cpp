@@ -83,6 +83,33 @@ Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, co
     return Status::ok();
 }
 
+ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorBytes> & tensors, const std::vector<int> & owners,
+                            uint64_t page) {
+    ModelMapPlan plan;
+    for (const ExpertTensorBytes & t : tensors) {
+        if (t.n_expert < 1 || t.bytes % (uint64_t) t.n_expert != 0) continue;  // not a slice-per-expert layout: keep all
+        const uint64_t slice = t.bytes / (uint64_t) t.n_expert;
+        for (int64_t e = 0; e < t.n_expert;) {
+            if (e >= (int64_t) owners.size() || owners[e] < 0) { ++e; continue; }
+            int64_t end = e;
+            while (end < t.n_expert && end < (int64_t) owners.size() && owners[end] >= 0) ++end;
+            uint64_t b = t.offset + (uint64_t) e * slice, f = t.offset + (uint64_t) end * slice;
+            b = (b + page - 1) / page * page;
+            f = std::min(f, file_bytes) / page * page;
+            if (f > b) plan.skip.push_back({b, f});
+            e = end;
+        }
+    }
+    std::sort(plan.skip.begin(), plan.skip.end());
+    uint64_t at = 0;
+    for (const auto & s : plan.skip) {
+        if (s.first > at) plan.populate.push_back({at, s.first});
+        at = std::max(at, s.second);
+    }
+    if (at < file_bytes) plan.populate.push_back({at, file_bytes});
+    return plan;
+}
+
 int64_t proc_status_kib(const char * key) {
     std::ifstream in("/proc/self/status");
     std::string line;

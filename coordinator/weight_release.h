@@ -48,6 +48,27 @@ Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void
 Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
                              uint64_t & released);
 
+/// Byte ranges [first, second) of a model file.
+using ByteRanges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+/// What to make resident of a model file mapped from offset 0 when workers own some experts.
+struct ModelMapPlan {
+    ByteRanges populate;  ///< everything else: dense weights, this host's experts, metadata
+    ByteRanges skip;      ///< whole pages inside runs of worker-owned expert slices
+};
+
+/// One routed-expert tensor as model_map_plan needs it (provider_map/gguf_expert_layout.h).
+struct ExpertTensorBytes {
+    uint64_t offset = 0, bytes = 0;  ///< in the file
+    int64_t n_expert = 0;            ///< slices of bytes / n_expert each
+};
+
+/// Splits [0, file_bytes) into pages to populate and pages to skip: a run of neighbouring experts
+/// e with owners[e] >= 0 (a worker) is skipped, except pages it shares with anything else.
+/// `owners` as expert_owners (coordinator/split.h): -1 this host, >= 0 a worker.
+ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorBytes> & tensors, const std::vector<int> & owners,
+                            uint64_t page);
+
 /// Reads a "<key>: <n> kB" line of /proc/self/status (e.g. "VmRSS", "VmHWM"); -1 when missing.
 int64_t proc_status_kib(const char * key);
 

@@ -17,6 +17,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml-impl.h" // struct ggml_cgraph, ggml_graph_view (exported by libggml-base)
+#include "gguf.h"
 
 namespace moezip {
 
@@ -33,7 +34,9 @@ namespace moezip {
     X(ggml_nbytes) X(ggml_row_size) X(ggml_type_size) X(ggml_blck_size) X(ggml_type_name) X(ggml_op_name) X(ggml_op_desc) \
     X(ggml_get_name) X(ggml_set_name) X(ggml_get_glu_op) X(ggml_is_contiguous) \
     X(ggml_backend_buffer_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_name) \
-    X(ggml_backend_reg_get_proc_address)
+    X(ggml_backend_reg_get_proc_address) X(ggml_get_tensor) \
+    X(gguf_init_from_file) X(gguf_free) X(gguf_get_n_tensors) X(gguf_get_tensor_name) X(gguf_get_tensor_offset) \
+    X(gguf_get_data_offset) X(gguf_get_tensor_size)
 
 // Functions of the CPU backend variant (libggml-cpu-<isa>.so) the engine selected.
 #define MOEZIP_GGML_CPU_FUNCTIONS(X) X(ggml_graph_plan) X(ggml_graph_compute)

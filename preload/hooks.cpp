@@ -68,7 +68,7 @@ MOEZIP_EXPORT void * mmap(void * addr, size_t len, int prot, int flags, int fd, 
     if (lazy && p != MAP_FAILED) {
         int saved = errno;
         try {
-            moezip::session_note_lazy_map(p, len);
+            moezip::session_note_lazy_map(p, len, fd, (long) off);
         } catch (...) {
         }
         errno = saved;

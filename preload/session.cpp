@@ -5,7 +5,9 @@
 #include "coordinator/graph_runner.h"
 #include "coordinator/handler_factory.h"
 #include "coordinator/log.h"
+#include "coordinator/split.h"
 #include "coordinator/weight_release.h"
+#include "provider_map/gguf_expert_layout.h"
 #include "preload/abi_guard.h"
 #include "preload/engine_api.h"
 #include "preload/engine_locate.h"
@@ -16,7 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <memory>
 #include <mutex>
 #include <unistd.h>
@@ -61,6 +65,7 @@ struct Session {
     std::chrono::steady_clock::time_point last_rss_sample{};
     int64_t rss_graph_last_kib = -1, rss_graph_max_kib = -1;
     uint64_t lazy_map_bytes = 0;  // bytes of model mappings made without MAP_POPULATE (under rss_mu)
+    uint64_t model_populated_bytes = 0, model_skipped_bytes = 0;  // of which made resident / left to the workers
 };
 
 Session & S() {
@@ -189,6 +194,8 @@ void write_report(Session & s, bool complete) {
         mem["rss_kib_graph_last"] = s.rss_graph_last_kib;
         mem["rss_kib_graph_max"] = s.rss_graph_max_kib;
         mem["model_mapped_lazily_bytes"] = s.lazy_map_bytes;
+        mem["model_populated_bytes"] = s.model_populated_bytes;
+        mem["model_skipped_bytes"] = s.model_skipped_bytes;
     }
     j["memory"] = mem;
     j["state"] = s.state == State::active ? "active" : "passthrough";
@@ -329,14 +336,56 @@ bool session_map_model_lazily(int fd) {
     return lazy;
 }
 
-void session_note_lazy_map(const void * addr, size_t len) {
+namespace {
+
+// Populates a lazily mapped model except the workers' experts; "" or why it could not (the pages
+// then come in on first use, which is correct, only slower on the first prompt).
+std::string populate_model_map(Session & s, char * addr, size_t len, int fd, long offset, uint64_t & populated, uint64_t & skipped) {
+    if (offset != 0) return "the mapping does not start at the file's beginning";
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return std::string("cannot name the mapped file: ") + strerror(errno);
+    path[n] = 0;
+    GgmlApi api;
+    void * base = loaded_object_handle(loaded_object_path("libggml-base"));
+    if (base == nullptr || !ggml_api_bind_base(api, base)) return "libggml-base is not loaded";
+    std::vector<GgufExpertTensor> tensors;
+    Status st = gguf_expert_tensors(api, path, tensors);
+    if (!st) return st.message();
+    std::vector<ExpertTensorBytes> bytes;
+    for (const GgufExpertTensor & t : tensors) bytes.push_back({t.offset, t.bytes, t.n_expert});
+    const std::vector<int> owners = expert_owners(s.cfg, tensors.empty() ? 0 : (int) tensors[0].n_expert);
+    const ModelMapPlan plan = model_map_plan(len, bytes, owners, (uint64_t) sysconf(_SC_PAGESIZE));
+    for (const auto & r : plan.skip) {
+        if (madvise(addr + r.first, r.second - r.first, MADV_RANDOM) == 0) skipped += r.second - r.first;
+    }
+    for (const auto & r : plan.populate) {
+        if (madvise(addr + r.first, r.second - r.first, MADV_POPULATE_READ) != 0)
+            return std::string("madvise(MADV_POPULATE_READ) failed: ") + strerror(errno);
+        populated += r.second - r.first;
+    }
+    return "";
+}
+
+} // namespace
+
+void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {
     Session & s = S();
+    uint64_t populated = 0, skipped = 0;
+    const std::string why = populate_model_map(s, static_cast<char *>(addr), len, fd, offset, populated, skipped);
     {
         std::lock_guard<std::mutex> lock(s.rss_mu);
         s.lazy_map_bytes += len;
+        s.model_populated_bytes += populated;
+        s.model_skipped_bytes += skipped;
     }
-    LOG_INFO("experts mode: mapped the model (%.1f MiB at %p) without MAP_POPULATE, so the experts workers serve are "
-             "never made resident here", len / 1048576.0, addr);
+    if (why.empty())
+        LOG_INFO("experts mode: mapped the model (%.1f MiB) without the workers' experts: %.1f MiB made resident, %.1f MiB of "
+                 "worker-owned experts left out", len / 1048576.0, populated / 1048576.0, skipped / 1048576.0);
+    else
+        LOG_INFO("experts mode: mapped the model (%.1f MiB) without MAP_POPULATE; pages come in on first use (%s)",
+                 len / 1048576.0, why.c_str());
 }
 
 void * session_base_symbol(const char * name) {

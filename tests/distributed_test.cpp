@@ -142,14 +142,20 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
     }
     EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
     // experts mode: this host dropped its resident pages of the experts the workers served
-    EXPECT_GT(ex["memory"]["released_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();
+    EXPECT_GT(ex["memory"]["advised_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();
     EXPECT_EQ(ex["memory"]["released_parts"], 4) << "2 workers x 2 layers: " << ex["memory"].dump();
     EXPECT_FALSE(ex["memory"].contains("not_released")) << ex["memory"].dump();
     EXPECT_GT(ex["memory"]["rss_kib"].get<int64_t>(), 0);
-    EXPECT_FALSE(rows["memory"].contains("released_bytes")) << "rows mode needs every expert on every host";
+    EXPECT_FALSE(rows["memory"].contains("advised_bytes")) << "rows mode needs every expert on every host";
     // experts mode maps the model without MAP_POPULATE (the engine asks for it); other modes do not
     std::ifstream f(model, std::ios::binary | std::ios::ate);
     EXPECT_EQ(ex["memory"]["model_mapped_lazily_bytes"].get<uint64_t>(), (uint64_t) f.tellg());
+    // ... and makes resident all but the workers' experts: fewer left out when this host owns some
+    const uint64_t skipped_all = ex["memory"]["model_skipped_bytes"].get<uint64_t>();
+    const json part = load_json(c.dir + "/experts_coordinator_owns_part.json")["memory"];
+    EXPECT_EQ(ex["memory"]["model_populated_bytes"].get<uint64_t>() + skipped_all, (uint64_t) f.tellg()) << ex["memory"].dump();
+    EXPECT_GT(part["model_skipped_bytes"].get<uint64_t>(), 0u) << part.dump();
+    EXPECT_LT(part["model_skipped_bytes"].get<uint64_t>(), skipped_all) << "experts 0-1 are this host's: " << part.dump();
     EXPECT_EQ(rows["memory"]["model_mapped_lazily_bytes"], 0);
 }
 
@@ -228,9 +234,14 @@ TEST(Distributed, WorkerKilledMidRunStillGivesIdenticalOutputWithPolicyLocal) {
     expect_same_logits(c.dir, "single", "killed");
     json rep = load_json(c.dir + "/killed.json");
     EXPECT_GT(rep["workers"][1]["fallbacks"].get<int>(), 0) << rep["workers"].dump();
-    // the dead worker's experts had been released here: the fallback read them back from the file
-    EXPECT_GT(rep["memory"]["released_bytes"].get<uint64_t>(), 0u) << rep["memory"].dump();
+    // the dead worker's experts were never loaded here: the fallback read them from the file
+    EXPECT_GT(rep["memory"]["model_skipped_bytes"].get<uint64_t>(), 0u) << rep["memory"].dump();
     EXPECT_GE(rep["workers"][1]["timeouts"].get<int>(), 1) << "the dead worker is detected by its timeout";
+    // and the report says so where a reader looks first
+    EXPECT_GE(rep["workers"][1]["failures"].get<int>(), 1) << rep["workers"][1].dump();
+    ASSERT_GT(rep["errors"]["count"].get<int>(), 0) << rep["errors"].dump();
+    EXPECT_NE(rep["errors"]["first"][0].get<std::string>().find("worker " + c.workers[1]->endpoint() + " failed"), std::string::npos)
+        << rep["errors"].dump();
     EXPECT_EQ(rep["workers"][0]["fallbacks"], 0);
     EXPECT_NE(r.err.find("failed"), std::string::npos) << "the failure is said, not hidden: " << r.err;
     EXPECT_NE(c.workers[1]->wait_exit(1000), -1) << "the faulty worker exited as told";
@@ -267,7 +278,7 @@ TEST(Distributed, PartialCombineRecordsShadowErrorAndKeepsTheTokens) {
     uint64_t in_partial = rep["workers"][0]["bytes_in"].get<uint64_t>() + rep["workers"][1]["bytes_in"].get<uint64_t>();
     EXPECT_GT(in_partial, 0u);
     EXPECT_EQ(load_json(c.dir + "/single-run.json")["tokens"], load_json(c.dir + "/partial-run.json")["tokens"]);
-    EXPECT_EQ(rep["memory"]["released_bytes"], 0) << "shadow checks read every expert here";
+    EXPECT_EQ(rep["memory"]["advised_bytes"], 0) << "shadow checks read every expert here";
     EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"], 0) << "and so the engine's MAP_POPULATE is kept";
     EXPECT_NE(rep["memory"].value("not_released", "").find("shadow_every"), std::string::npos) << rep["memory"].dump();
 }
@@ -285,7 +296,7 @@ TEST(Distributed, WeightsReadIntoMemoryAreKeptAndTheRunStaysExact) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_logits(c.dir, "single", "no_mmap");
     json rep = load_json(c.dir + "/no_mmap.json");
-    EXPECT_EQ(rep["memory"]["released_bytes"], 0) << rep["memory"].dump();
+    EXPECT_EQ(rep["memory"]["advised_bytes"], 0) << rep["memory"].dump();
     EXPECT_NE(rep["memory"].value("not_released", "").find("anonymous memory"), std::string::npos) << rep["memory"].dump();
 }
 

@@ -49,7 +49,7 @@ json report_json(const std::vector<uint64_t> & h) {
                                       {"identity", {{"experts", "4-7"}}}, {"refused", ""}},
                                      {{"endpoint", "tcp://127.0.0.1:5602"}, {"refused", "worker tcp://127.0.0.1:5602 refused: it runs ggml abc"}},
                                      {{"shadow", {{"calls", 6}, {"max_abs_err", 0.5}, {"min_cosine", 0.999}}}}})},
-            {"memory", {{"hwm_kib", 2048000}, {"rss_kib_graph_max", 1024000}, {"released_bytes", 524288000}}},
+            {"memory", {{"hwm_kib", 2048000}, {"rss_kib_graph_max", 1024000}, {"model_skipped_bytes", 524288000}, {"rss_dropped_bytes", 1048576}}},
             {"logits", {{"count", h.size()}, {"chain_xxh3", hex(chain_of(h))}, {"graphs", graphs}}}};
 }
 
@@ -169,7 +169,7 @@ TEST(ReportTool, ShowSummarisesModeLayersChecksAndWorkers) {
     EXPECT_NE(r.out.find("0.750"), std::string::npos) << r.out;  // its round trip p50
     EXPECT_NE(r.out.find("refused tcp://127.0.0.1:5602: worker tcp://127.0.0.1:5602 refused: it runs ggml abc"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("shadow checks: 6 calls, max abs error 0.500, min cosine 0.999"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("memory: peak 2000 MiB, while serving 1000 MiB, released 500 MiB of worker-owned experts"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("memory: peak 2000 MiB, while serving 1000 MiB, never loaded 500 MiB of worker-owned experts, released 1 MiB after use"), std::string::npos) << r.out;
     auto g = report_tool({"show", write(dir, "junk.json", "[1,2")});
     EXPECT_EQ(g.exit_code, 2);
 }

@@ -155,6 +155,29 @@ TEST(WeightRelease, RejectsAnExpertOutsideTheTensor) {
     EXPECT_EQ(released, 0u);
 }
 
+TEST(ModelMapPlan, SkipsWholePagesOfWorkerOwnedRunsOnly) {
+    // a 100-page file with one expert tensor at byte 10*P + 100 of 8 experts of 2.5 pages each;
+    // experts 2-4 and 7 are workers', 0-1 and 5-6 this host's (P = 4096)
+    const uint64_t P = 4096;
+    const std::vector<ExpertTensorBytes> t = {{10 * P + 100, 20 * P, 8}};
+    const std::vector<int> owners = {-1, -1, 0, 0, 1, -1, -1, 0};
+    ModelMapPlan plan = model_map_plan(100 * P, t, owners, P);
+    // experts 2-4: bytes [10P+100 + 5P, 10P+100 + 12.5P) -> whole pages [16P, 22P)
+    // expert 7:    bytes [10P+100 + 17.5P, 10P+100 + 20P) -> whole pages [28P, 30P)
+    ASSERT_EQ(plan.skip.size(), 2u);
+    EXPECT_EQ(plan.skip[0], std::make_pair(16 * P, 22 * P));
+    EXPECT_EQ(plan.skip[1], std::make_pair(28 * P, 30 * P));
+    ASSERT_EQ(plan.populate.size(), 3u);
+    EXPECT_EQ(plan.populate[0], std::make_pair((uint64_t) 0, 16 * P));
+    EXPECT_EQ(plan.populate[1], std::make_pair(22 * P, 28 * P));
+    EXPECT_EQ(plan.populate[2], std::make_pair(30 * P, 100 * P));
+    // nobody else owns anything: everything is populated
+    plan = model_map_plan(100 * P, t, std::vector<int>(8, -1), P);
+    EXPECT_TRUE(plan.skip.empty());
+    ASSERT_EQ(plan.populate.size(), 1u);
+    EXPECT_EQ(plan.populate[0], std::make_pair((uint64_t) 0, 100 * P));
+}
+
 TEST(ProcStatus, ReadsResidentAndPeakSizes) {
     int64_t rss = proc_status_kib("VmRSS"), hwm = proc_status_kib("VmHWM");
     EXPECT_GT(rss, 0);

@@ -323,7 +323,8 @@ PLACES="h0 h1"
 [ "$PIN" = 1 ] || PLACES="h0"
 
 say "models: $MODELS; repetitions: $REPS; load: $LOAD; prefill $N_PREFILL (ubatch $N_UBATCH), decode $N_DECODE"
-say "links: lo${NETS:+ $NETS} (net variants: $NET_VARIANTS on $NET_MODELS)${NET_NOTE:+; $NET_NOTE}"
+if [ -n "$NETS" ]; then say "links: lo $NETS (net variants: $NET_VARIANTS on $NET_MODELS)${NET_NOTE:+; $NET_NOTE}"
+else say "links: loopback only${NET_NOTE:+; $NET_NOTE}"; fi
 [ "$PIN" = 1 ] || say "fewer than 2 cores (or no taskset): processes are not pinned, one placement only"
 say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $N_CPU cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 T_START=$(date +%s)

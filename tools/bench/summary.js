@@ -75,7 +75,8 @@ function timed_groups(runs) {
             coordinator_rss_mib: median(ok(rs).map((r) => r.host_maxrss_kib / 1024)),
             // the preload's VmRSS at the end of graph computes: what the host holds while it serves
             coordinator_serving_rss_mib: median(ok(rs).map((r) => report_memory(r, "rss_kib_graph_max") / 1024)),
-            coordinator_released_mib: median(ok(rs).map((r) => report_memory(r, "released_bytes") / 1048576)),
+            // worker-owned experts this host never made resident (populated all but them at load)
+            coordinator_released_mib: median(ok(rs).map((r) => report_memory(r, "model_skipped_bytes") / 1048576)),
             worker_rss_mib: r0.worker_hwm_kib.map((_, i) => median(ok(rs).map((r) => r.worker_hwm_kib[i] / 1024))),
             worker_expert_mib: r0.worker_expert_mib,
             loadavg_median: median(rs.map((r) => r.loadavg[0])),

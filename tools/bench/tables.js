@@ -78,7 +78,7 @@ function memory_table(memory) {
                                      m.worker_rss_mib.map((x) => fmt(x, 0)).join(" + "), fmt(m.not_owned_expert_mib, 0),
                                      fmt(m.rss_if_not_owned_were_not_loaded_mib, 0)]);
     return table(["model", "variant", "single-node peak RSS MiB", "coordinator peak RSS MiB", "coordinator RSS serving MiB",
-                  "released by coordinator MiB", "worker peak RSS MiB", "experts not owned MiB", "single RSS - not owned"], rows);
+                  "never loaded by coordinator MiB", "worker peak RSS MiB", "experts not owned MiB", "single RSS - not owned"], rows);
 }
 
 function target_table(targets) {

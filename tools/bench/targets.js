@@ -28,7 +28,7 @@ function amdahl_bound(variant, phase, p, s) {
 function amdahl_rows(groups, phases) {
     const out = [];
     for (const g of groups) {
-        if (g.variant === "single") continue;
+        if (g.variant === "single" || g.variant === "observe" || g.variant === "local") continue;  // bound 1: see targets
         for (const ph of ["prefill", "decode"]) {
             const p = moe_share(phases, g.model, ph);
             const bound = amdahl_bound(g.variant, ph, p, g.rows_share);

@@ -77,7 +77,10 @@ std::string workers_section(const json & workers) {
     std::string s = table("workers", rows, {"endpoint", "experts", "requests", "rows", "slots", "bytes_out", "bytes_in"}, 11);
     s += table("worker times (ms) and faults", rows,
                {"endpoint", "rtt_ms_p50", "rtt_ms_p99", "service_ms_p50", "rtt_minus_service_ms_p50", "hash_failed", "errors", "timeouts",
-                "fallbacks"}, 11);
+                "failures", "fallbacks"}, 11);
+    for (const json & w : rows)
+        if (!field(w, "last_failure").empty() && field(w, "last_failure") != "-")
+            s += "  last failure of " + field(w, "endpoint") + ": " + field(w, "last_failure") + "\n";
     for (const json & w : rows)
         if (!field(w, "refused").empty() && field(w, "refused") != "-") s += "  refused " + field(w, "endpoint") + ": " + field(w, "refused") + "\n";
     return s + shadow;
@@ -85,7 +88,9 @@ std::string workers_section(const json & workers) {
 
 std::string memory_section(const json & m) {
     std::string s = "memory: peak " + mib(m, "hwm_kib", 1024) + ", while serving " + mib(m, "rss_kib_graph_max", 1024);
-    if (m.contains("released_bytes")) s += ", released " + mib(m, "released_bytes", 1) + " of worker-owned experts";
+    if (m.contains("model_skipped_bytes") && m["model_skipped_bytes"].is_number() && m["model_skipped_bytes"].get<double>() > 0)
+        s += ", never loaded " + mib(m, "model_skipped_bytes", 1) + " of worker-owned experts";
+    if (m.contains("rss_dropped_bytes")) s += ", released " + mib(m, "rss_dropped_bytes", 1) + " after use";
     if (m.contains("not_released")) s += " (not released: " + field(m, "not_released") + ")";
     return s + "\n";
 }
@@ -93,6 +98,7 @@ std::string memory_section(const json & m) {
 std::string show_report(const Document & d) {
     const json & j = d.json;
     std::string s;
+    s += "state: " + field(j, "state") + (j.contains("passthrough_reason") ? " (" + field(j, "passthrough_reason") + ")" : "") + "\n";
     s += "mode: " + field(j.value("config", json::object()), "mode") +
          "  config: " + field(j.value("config", json::object()), "path") +
          "  digest: " + field(j.value("config", json::object()), "digest") + "\n";

@@ -109,9 +109,10 @@ int main(int argc, char ** argv) {
     bool served = false;
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
-        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights in memory, cpu %s)\n",
+        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
-               weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0), engine.cpu_variant.c_str());
+               weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
+               s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str());
         fflush(stdout);
     };
     st = moezip::worker_serve(opt, weights, engine, on_ready, counters);
