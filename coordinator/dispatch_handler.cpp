@@ -109,6 +109,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (!st) { disp_.mark_failed(w, st); here.push_back(w); continue; }
         pending.push_back({w, h.request_id});
     }
+    if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's rows
     Status st = compute_rows_here(r, blocks[0].first, blocks[0].count);
     if (!st) return st;

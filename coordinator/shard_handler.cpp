@@ -57,6 +57,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (!st) { disp_.mark_failed(w, st); here.push_back(w); continue; }
         pending.push_back({w, h.request_id});
     }
+    if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's slice, while the workers compute theirs
     if (slices[0].count > 0) {
         Status st = compute_slice_here(r, slices[0], parts_[0]);
