@@ -79,7 +79,7 @@ $(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
 
 test: all
-	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) tools/run-tests.sh
+	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) SANITIZE=$(SANITIZE) CXX=$(CXX) tools/run-tests.sh
 
 run: all
 	@MOEZIP_SHARED=$(SHARED) tools/run-demo.sh

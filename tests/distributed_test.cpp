@@ -58,7 +58,7 @@ CommandResult run_host(const std::string & dir, const std::string & name, const 
     std::string cfg = dir + "/" + name + ".toml";
     std::ofstream(cfg) << "no_repack = true\nreport = \"" << dir << "/" << name << ".json\"\n" << config_body;
     std::map<std::string, std::string> env = extra_env;
-    env["LD_PRELOAD"] = preload_path();
+    env["LD_PRELOAD"] = preload_env();
     env["MOEZIP_CONFIG"] = cfg;
     std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", "32", "-b", "512", "--quiet", "--no-repack",
                                      "--json", dir + "/" + name + "-run.json"};

@@ -125,7 +125,7 @@ TEST(NodeCli, PreloadLocalModeGivesSameTextAndHandlesEveryMoeLayer) {
     const std::string plain_text = completion_text(plain.out);
     ASSERT_GT(plain_text.size(), 20u) << "no completion in the CLI output:\n" << plain.out;
 
-    CommandResult pre = node_complete(model, {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", config}});
+    CommandResult pre = node_complete(model, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", config}});
     ASSERT_EQ(pre.exit_code, 0) << "node CLI with LD_PRELOAD failed:\n" << pre.out << "\n" << pre.err;
     EXPECT_EQ(completion_text(pre.out), plain_text) << "with preload:\n" << pre.out << "\n" << pre.err;
 

@@ -28,7 +28,7 @@ json load_json(const std::string & path) {
 // Runs moezip-run on `model` (64-token fixture prompt, ubatch 32, 32 decode steps) under the preload.
 CommandResult run_hooked(const std::string & model, const std::string & config, const std::string & json_out,
                          std::map<std::string, std::string> env = {}) {
-    env["LD_PRELOAD"] = preload_path();
+    env["LD_PRELOAD"] = preload_env();
     env["MOEZIP_CONFIG"] = config;
     return run_command({bin_path("moezip-run"), "-m", model, "--fixture", "64", "-b", "32", "-n", "32", "--no-repack",
                         "--quiet", "--json", json_out}, env);
@@ -105,7 +105,7 @@ TEST(Preload, RepackedWeightsAreNotDispatchableAndRequireInterceptFailsLoudly) {
     std::string dir = test_dir("repacked");
     std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 4) << r.err;
     EXPECT_NE(r.err.find("require_intercept"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("layers 0, 1"), std::string::npos) << r.err;
@@ -122,7 +122,7 @@ TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
     // no --no-repack on the host: the config alone hides the extra buffer types
     std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     json rep = load_json(dir + "/r.json");
     for (const auto & p : rep["provider_map"]) EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
@@ -136,7 +136,7 @@ TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
                                        "--quiet", "--json", dir + "/plain.json"});
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
                                    "--quiet", "--json", dir + "/hooked.json"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
     EXPECT_NE(r.err.find("moezip was built for ggml 0.23.0 (0000000)"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
     EXPECT_EQ(r.exit_code, 4) << "require_intercept must fail a run that bypassed moezip: " << r.err;
@@ -150,7 +150,7 @@ TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
     std::string dir = test_dir("bad_config");
     std::string cfg = write_config(dir, "bad.toml", "mode = \"local\"\nno_repak = true\n");
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("no_repak"), std::string::npos) << r.err;
@@ -162,7 +162,7 @@ TEST(Preload, StrictBadConfigExitsWithStatus3) {
     std::string dir = test_dir("strict_config");
     std::string cfg = write_config(dir, "bad.toml", "strict = true\nmode = \"sideways\"\n");
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 3) << r.err;
     EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("mode"), std::string::npos) << r.err;
@@ -171,7 +171,7 @@ TEST(Preload, StrictBadConfigExitsWithStatus3) {
 TEST(Preload, WithoutConfigItIsInertAndSaysSoOnce) {
     std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", ""}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", ""}});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     size_t first = r.err.find("MOEZIP_CONFIG is not set");
     ASSERT_NE(first, std::string::npos) << r.err;
@@ -207,7 +207,7 @@ TEST(Preload, BadConfigWithRequireInterceptFailsTheRunLoudly) {
     std::string cfg = dir + "/typo.toml";
     std::ofstream(cfg) << "require_intercept = true\nmode = \"local\"\nno_repak = true\nreport = \"" << dir << "/r.json\"\n";
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
-                                  {{"LD_PRELOAD", preload_path()}, {"MOEZIP_CONFIG", cfg}});
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 4) << r.err;
     EXPECT_NE(r.err.find("typo.toml:3: no_repak"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("require_intercept: the config is invalid"), std::string::npos) << r.err;

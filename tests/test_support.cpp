@@ -48,6 +48,11 @@ std::string shared_dir() {
 std::string bin_path(const std::string & name) { return build_dir() + "/bin/" + name; }
 std::string preload_path() { return build_dir() + "/libmoezip.so"; }
 
+std::string preload_env() {
+    const char * first = getenv("MOEZIP_TEST_PRELOAD_FIRST");
+    return first && *first ? std::string(first) + ":" + preload_path() : preload_path();
+}
+
 std::string test_dir(const std::string & name) {
     std::string dir = build_dir() + "/test-out/" + name;
     run_command({"/bin/rm", "-rf", dir});

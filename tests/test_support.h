@@ -17,6 +17,10 @@ std::string shared_dir();
 std::string bin_path(const std::string & name);
 /// <root>/build/libmoezip.so
 std::string preload_path();
+/// The value for LD_PRELOAD: preload_path(), after the sanitizer runtimes named in
+/// $MOEZIP_TEST_PRELOAD_FIRST (set by tools/run-tests.sh for `make SANITIZE=... test`: an
+/// instrumented libmoezip.so needs libasan first in the process).
+std::string preload_env();
 /// A fresh directory under <build>/test-out/ for one test (removed and recreated).
 std::string test_dir(const std::string & name);
 
