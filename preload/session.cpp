@@ -88,7 +88,16 @@ void read_config_locked(Session & s) {
     Status st = config_load_file(path, s.cfg);
     log_set_default(s.cfg.log);
     if (!st) {
-        LOG_ERROR("bad config %s", st.message().c_str());
+        // one log line per problem, each with the moezip[pid] prefix (messages may hold several)
+        size_t at = 0;
+        const std::string & m = st.message();
+        while (at <= m.size()) {
+            size_t nl = m.find('\n', at);
+            std::string line = m.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+            if (!line.empty()) LOG_ERROR("bad config %s", line.c_str());
+            if (nl == std::string::npos) break;
+            at = nl + 1;
+        }
         if (s.cfg.strict) {
             LOG_ERROR("strict = true: exiting (status 3)");
             fflush(nullptr);

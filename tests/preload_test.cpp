@@ -160,12 +160,21 @@ TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
 TEST(Preload, StrictBadConfigExitsWithStatus3) {
     std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     std::string dir = test_dir("strict_config");
-    std::string cfg = write_config(dir, "bad.toml", "strict = true\nmode = \"sideways\"\n");
+    std::string cfg = write_config(dir, "bad.toml", "strict = true\nmode = \"sideways\"\nthreads = -1\n");
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
                                   {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 3) << r.err;
     EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("mode"), std::string::npos) << r.err;
+    // every problem is its own log line with the process prefix (the second one once had none)
+    std::istringstream lines(r.err);
+    int problems = 0;
+    for (std::string line; std::getline(lines, line);) {
+        if (line.find("bad.toml:") == std::string::npos) continue;
+        ++problems;
+        EXPECT_EQ(line.rfind("moezip[", 0), 0u) << line;
+    }
+    EXPECT_EQ(problems, 2) << r.err;
 }
 
 TEST(Preload, WithoutConfigItIsInertAndSaysSoOnce) {
