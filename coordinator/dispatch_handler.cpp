@@ -61,6 +61,10 @@ MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, R
 }
 
 Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {
+    return compute_rows_into(r, region_expert_weights(r), first, count, static_cast<float *>(r.out->data) + first * r.n_embd);
+}
+
+Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeights & w, int64_t first, int64_t count, float * out) {
     if (count == 0) return Status::ok();
     const int64_t k = r.n_used, E = r.n_embd;
     SlotBatch b;
@@ -73,8 +77,8 @@ Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, in
     slots_.resize((size_t) (E * k * count));
     MoeBuffers bufs;
     const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
-    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, slots_.data(), in_engine ? &bufs : nullptr);
-    if (st) moe_sum_slots(slots_.data(), E, k, count, static_cast<float *>(r.out->data) + first * E);
+    Status st = disp_.executor().compute_slots(w, b, slots_.data(), in_engine ? &bufs : nullptr);
+    if (st) moe_sum_slots(slots_.data(), E, k, count, out);
     return st;
 }
 

@@ -42,6 +42,9 @@ public:
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
+    /// The same with weights `w` (e.g. an n_ff slice) and the slot-order sums written to out
+    /// [n_embd, count] instead of r.out.
+    Status compute_rows_into(const MoeRegion & r, const ExpertWeights & w, int64_t first, int64_t count, float * out);
     /// Copies the region's input into hidden_ (contiguous [n_embd, n_rows]) and its routing into
     /// ids_/weights_. Done first, before anything is written to r.out: the engine's allocator may
     /// place ffn_moe_out in the memory of the input (dead in the engine's order once up/gate ran),
@@ -79,9 +82,6 @@ public:
     Status compute(const MoeRegion & r, LayerCounters & c) override;
 
 private:
-    /// Units [slice.first, slice.first + slice.count) of every expert's n_ff for every row, here:
-    /// per-row partial sums (slot order) into part [n_embd, n_tokens].
-    Status compute_slice_here(const MoeRegion & r, const RowBlock & slice, std::vector<float> & part);
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;

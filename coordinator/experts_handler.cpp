@@ -4,6 +4,7 @@
 #include "coordinator/split.h"
 #include "coordinator/weight_release.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -94,7 +95,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                                        disp_.fault_corrupt_request());
         if (!st) disp_.mark_failed(w, st); else p.sent = true;
     }
-    disp_.let_io_thread_send();
+    if (std::any_of(parts.begin(), parts.end(), [](const Part & p) { return p.sent; })) disp_.let_io_thread_send();
     // 2. this host's experts, while the workers compute theirs
     Status st = compute_pairs_here(r, local_pairs);
     if (!st) return st;

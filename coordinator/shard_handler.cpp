@@ -5,25 +5,17 @@
 
 namespace moezip {
 
-Status ShardHandler::compute_slice_here(const MoeRegion & r, const RowBlock & slice, std::vector<float> & part) {
-    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
-    SlotBatch b;
-    b.n_rows = n;
-    b.k = k;
-    b.hidden = hidden_.data();
-    b.hidden_stride = E * sizeof(float);
-    b.ids = ids_.data();
-    b.weights = weights_.data();
+namespace {
+
+// Units [slice.first, slice.first + slice.count) of every expert's n_ff.
+ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
     ExpertWeights w = region_expert_weights(r);
     w.ff_first = slice.first;
     w.ff_count = slice.count;
-    slots_.resize((size_t) (E * k * n));
-    MoeBuffers bufs;
-    const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
-    Status st = disp_.executor().compute_slots(w, b, slots_.data(), in_engine ? &bufs : nullptr);
-    if (st) moe_sum_slots(slots_.data(), E, k, n, part.data());
-    return st;
+    return w;
 }
+
+} // namespace
 
 Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
@@ -60,7 +52,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's slice, while the workers compute theirs
     if (slices[0].count > 0) {
-        Status st = compute_slice_here(r, slices[0], parts_[0]);
+        Status st = compute_rows_into(r, slice_weights(r, slices[0]), 0, n, parts_[0].data());
         if (!st) return st;
         c.local_rows += n;
         c.local_slots += n * k;
@@ -87,7 +79,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     for (size_t w : here) {
         if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
             return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
-        Status st = compute_slice_here(r, slices[w + 1], parts_[w + 1]);
+        Status st = compute_rows_into(r, slice_weights(r, slices[w + 1]), 0, n, parts_[w + 1].data());
         if (!st) return st;
         disp_.count_fallback(w);
         c.fallbacks += 1;
