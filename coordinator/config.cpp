@@ -411,4 +411,12 @@ std::string config_report_path(const Config & cfg, int pid) {
     return s;
 }
 
+std::string config_why_experts_resident(const Config & cfg) {
+    if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";
+    if (cfg.workers.empty()) return "no [[worker]]";
+    if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
+    if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
+    return "";
+}
+
 } // namespace moezip

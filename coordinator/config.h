@@ -133,6 +133,10 @@ Status config_check_expert_coverage(const Config & cfg, int n_expert);
 /// The report path with every "%p" replaced by `pid`.
 std::string config_report_path(const Config & cfg, int pid);
 
+/// Why this host keeps the workers' experts resident: "" when it does not (mode "experts" with
+/// workers, experts.release_unowned, no shadow checks), else the reason for the report.
+std::string config_why_experts_resident(const Config & cfg);
+
 /// Names of the enums as written in the file ("observe", "passthrough", ...).
 const char * config_mode_name(ConfigMode m);
 const char * config_mismatch_name(MismatchPolicy p);

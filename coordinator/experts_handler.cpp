@@ -183,9 +183,8 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
 void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     released_.insert({r.il, w});
     if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
-    if (!cfg_.experts.release_unowned) { not_released_ = "experts.release_unowned = false"; return; }
-    if (cfg_.experts.shadow_every > 0) {
-        not_released_ = "experts.shadow_every > 0: shadow checks compute every expert here";
+    not_released_ = config_why_experts_resident(cfg_);
+    if (!not_released_.empty()) {
         LOG_INFO("keeping the experts workers own resident here: %s", not_released_.c_str());
         return;
     }

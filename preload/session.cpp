@@ -14,15 +14,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cerrno>
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <memory>
 #include <mutex>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -333,8 +333,7 @@ bool session_map_model_lazily(int fd) {
             std::lock_guard<std::mutex> lock(s.init_mu);
             read_config_locked(s);
         }
-        if (s.config_ok && s.cfg.mode == ConfigMode::experts && s.cfg.experts.release_unowned && s.cfg.experts.shadow_every == 0 &&
-            !s.cfg.workers.empty()) {
+        if (s.config_ok && config_why_experts_resident(s.cfg).empty()) {
             char magic[4] = {0, 0, 0, 0};
             lazy = pread(fd, magic, sizeof magic, 0) == (ssize_t) sizeof magic && memcmp(magic, "GGUF", 4) == 0;
         }
