@@ -28,7 +28,7 @@ SYS_LIBS    := -lzmq -lxxhash -ldl -lpthread
 # Core: everything tests, tools and the preload share. preload/hooks.cpp (the extern "C" shims)
 # is the only file that goes into libmoezip.so alone.
 PRELOAD_SHIMS := preload/hooks.cpp
-CORE_SRC := $(sort $(wildcard coordinator/*.cpp provider_map/*.cpp) \
+CORE_SRC := $(sort $(wildcard coordinator/*/*.cpp provider_map/*.cpp) \
                    $(filter-out $(PRELOAD_SHIMS),$(wildcard preload/*.cpp)))
 CORE_OBJ := $(CORE_SRC:%.cpp=$(BUILD)/obj/%.o)
 CORE_LIB := $(BUILD)/libmoezip_core.a

@@ -4,7 +4,7 @@
 // It never guesses a layout.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "preload/engine_api.h"
 
 namespace moezip {

@@ -11,7 +11,7 @@
 // without referencing the symbol.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 
 #include "ggml.h"
 #include "ggml-backend.h"

@@ -8,7 +8,7 @@
 //   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types
 //   mmap (libc)                               libllama's model load -> here: experts mode maps the
 //                                             GGUF without MAP_POPULATE (preload/session.h)
-#include "coordinator/log.h"
+#include "coordinator/base/log.h"
 #include "preload/session.h"
 
 #include <cerrno>

@@ -6,7 +6,7 @@
 // places tensor i at gguf_get_data_offset + gguf_get_tensor_offset(i) in the file (gguf.h).
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "preload/engine_api.h"
 
 #include <cstdint>

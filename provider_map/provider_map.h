@@ -9,7 +9,7 @@
 // silent success.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "provider_map/moe_region.h"
 
 #include <cstdint>

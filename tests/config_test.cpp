@@ -1,6 +1,6 @@
-// Tests of the TOML config (coordinator/config.h) against the files in fixtures/config/:
+// Tests of the TOML config (coordinator/config/config.h) against the files in fixtures/config/:
 // one file per bad case, named for its error, and three good ones.
-#include "coordinator/config.h"
+#include "coordinator/config/config.h"
 #include "tests/test_support.h"
 
 #include <gtest/gtest.h>

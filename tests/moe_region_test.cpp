@@ -1,8 +1,8 @@
 // MoE region recognition and the graph runner on graphs built here with ggml in the shape of
 // build_moe_ffn (src/llama-graph.cpp), without llama: the pattern, its variants, and bit-identity
 // of the runner's piecewise compute with the engine's whole-graph compute.
-#include "coordinator/graph_runner.h"
-#include "coordinator/local_handler.h"
+#include "coordinator/compute/graph_runner.h"
+#include "coordinator/modes/local_handler.h"
 #include "provider_map/moe_region.h"
 #include "tests/worker_harness.h"
 

@@ -1,5 +1,5 @@
 // The wire header: layout, parsing of bad input, frame verification.
-#include "coordinator/protocol.h"
+#include "coordinator/wire/protocol.h"
 
 #include <gtest/gtest.h>
 

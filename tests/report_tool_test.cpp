@@ -26,7 +26,7 @@ std::vector<uint64_t> hashes(int n, uint64_t seed = 1) {
     return h;
 }
 
-// The report's chain: XXH3_64bits_withSeed(&xxh3_i, 8, seed = chain), from 0 (coordinator/evidence.cpp).
+// The report's chain: XXH3_64bits_withSeed(&xxh3_i, 8, seed = chain), from 0 (coordinator/evidence/evidence.cpp).
 uint64_t chain_of(const std::vector<uint64_t> & h) {
     uint64_t c = 0;
     for (uint64_t x : h) c = XXH3_64bits_withSeed(&x, sizeof x, c);

@@ -1,5 +1,5 @@
 // Row split by shares and expert ownership.
-#include "coordinator/split.h"
+#include "coordinator/modes/split.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // plus an in-process reference of the expert computation on weights read from the GGUF file.
 #pragma once
 
-#include "coordinator/moe_exec.h"
-#include "coordinator/protocol.h"
+#include "coordinator/compute/moe_exec.h"
+#include "coordinator/wire/protocol.h"
 #include "preload/engine_api.h"
 
 #include <zmq.hpp>

@@ -1,8 +1,8 @@
 // moezip-worker end to end: a child process on an ipc:// path (once on tcp://127.0.0.1:*), spoken to
 // with a DEALER; results compared bit for bit with MoeExecutor run here on the same file's weights.
-#include "coordinator/expert_range.h"
-#include "coordinator/moe_exec.h"
-#include "coordinator/protocol.h"
+#include "coordinator/config/expert_range.h"
+#include "coordinator/compute/moe_exec.h"
+#include "coordinator/wire/protocol.h"
 #include "provider_map/expert_digest.h"
 #include "tests/test_support.h"
 #include "tests/worker_harness.h"

@@ -1,7 +1,7 @@
 // make run (tools/run-demo.sh): the evidence summary of a distributed run's moezip report.
 //   node tools/run-demo-summary.js DISTRIBUTED.json
 // Prints what the preload saw and did (schema moezip-report/1, written by libmoezip.so; fields in
-// coordinator/evidence.cpp and coordinator/dispatcher.cpp): MoE layers in the provider map, calls per
+// coordinator/evidence/evidence.cpp and coordinator/dispatch/dispatcher.cpp): MoE layers in the provider map, calls per
 // layer, requests / bytes / result-hash checks / round trips per worker, provider identity checks.
 // Exit 0 when every check holds; 1 (with the failing checks named on stderr) when the report shows
 // an unhandled region, a fallback, a failed hash or identity check, a worker error or a worker that

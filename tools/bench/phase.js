@@ -1,11 +1,11 @@
 // make bench: what one phase run (prefill only, or decode only) says about the MoE layers and the wire.
 // Inputs are the files of one run: tools/run-bench.sh's meta JSON, moezip-run's JSON
-// (docs/moezip-run.md) and the preload's report (schema moezip-report/1: coordinator/evidence.cpp
-// for `layers`, coordinator/dispatcher.cpp for `workers`).
+// (docs/moezip-run.md) and the preload's report (schema moezip-report/1: coordinator/evidence/evidence.cpp
+// for `layers`, coordinator/dispatch/dispatcher.cpp for `workers`).
 "use strict";
 const { sum } = require("./stats.js");
 
-const HEADER_BYTES = 128;  // MsgHeader, frame 0 of every request and reply (coordinator/protocol.h)
+const HEADER_BYTES = 128;  // MsgHeader, frame 0 of every request and reply (coordinator/wire/protocol.h)
 
 /// Tokens whose MoE regions the report counted: a prefill run has one graph of the prompt; a decode
 /// run (1-token prompt) has only one-row graphs, its prompt token included.

@@ -3,7 +3,7 @@
 // asks for (src/models/qwen3moe.cpp, names from src/llama-arch.cpp LLM_TENSOR_NAMES).
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "tools/moezip-fixture/fixture_config.h"
 
 #include "ggml.h"

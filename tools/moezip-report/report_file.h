@@ -1,5 +1,5 @@
 // moezip-report: reading the two JSON documents the tool compares and shows.
-//   "moezip-report/1": the preload's report (coordinator/evidence.cpp); `logits.graphs[i].xxh3` is
+//   "moezip-report/1": the preload's report (coordinator/evidence/evidence.cpp); `logits.graphs[i].xxh3` is
 //     XXH3-64 of the whole logits output of the i-th graph that produced logits ([n_vocab, rows] f32),
 //     `logits.chain_xxh3` chains them: chain = XXH3_64bits_withSeed(&xxh3_i, 8, seed = chain), from 0.
 //   "moezip-run/1": moezip-run's --json (docs/moezip-run.md); `logits_xxh3[i]` is XXH3-64 of the one
@@ -7,7 +7,7 @@
 // The two sequences measure different things, so only documents of one schema are compared.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 // chose each id, and the time spent in the engine.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 
 #include <llama.h>
 

@@ -2,7 +2,7 @@
 // weights). Construction and numerical effect: docs/upcycle.md.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "tools/moezip-upcycle/expert_split.h"
 
 #include "ggml.h"

@@ -1,5 +1,5 @@
 // moezip-worker: serves the routed-expert FFN computations of one GGUF model's MoE layers to moezip
-// coordinators over ZeroMQ (protocol: coordinator/protocol.h, docs/protocol.md; usage: docs/worker.md).
+// coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/protocol.md; usage: docs/worker.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
 //                 [--threads N] [--mmap] [--config F.toml]
@@ -9,10 +9,10 @@
 //   expert weights in memory, cpu <variant>)
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config; exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
-#include "coordinator/config.h"
-#include "coordinator/config_internal.h"  // config_endpoint_valid
-#include "coordinator/expert_range.h"
-#include "coordinator/log.h"
+#include "coordinator/config/config.h"
+#include "coordinator/config/config_internal.h"  // config_endpoint_valid
+#include "coordinator/config/expert_range.h"
+#include "coordinator/base/log.h"
 #include "tools/moezip-worker/worker_engine.h"
 #include "tools/moezip-worker/worker_fault.h"
 #include "tools/moezip-worker/worker_model.h"

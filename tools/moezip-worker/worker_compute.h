@@ -1,4 +1,4 @@
-// moezip-worker: validation and computation of one `compute` request (coordinator/protocol.h).
+// moezip-worker: validation and computation of one `compute` request (coordinator/wire/protocol.h).
 // No sockets here: the server hands in the parsed header and the received data frames.
 //
 // A request carries, for rows r and slots s:
@@ -14,9 +14,9 @@
 //             chain in build_moe_ffn, src/llama-graph.cpp); zeros for a row without a valid slot.
 #pragma once
 
-#include "coordinator/moe_exec.h"
-#include "coordinator/protocol.h"
-#include "coordinator/status.h"
+#include "coordinator/compute/moe_exec.h"
+#include "coordinator/wire/protocol.h"
+#include "coordinator/base/status.h"
 #include "tools/moezip-worker/worker_model.h"
 
 #include <zmq.hpp>

@@ -7,7 +7,7 @@
 // machine type both run the same kernels, which is what makes results bit-identical.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 #include "preload/engine_api.h"
 
 #include <string>

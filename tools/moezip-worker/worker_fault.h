@@ -8,7 +8,7 @@
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
-#include "coordinator/status.h"
+#include "coordinator/base/status.h"
 
 #include <cstdint>
 

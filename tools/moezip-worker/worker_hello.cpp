@@ -1,7 +1,7 @@
 #include "tools/moezip-worker/worker_hello.h"
 
-#include "coordinator/evidence.h"
-#include "coordinator/protocol.h"
+#include "coordinator/evidence/evidence.h"
+#include "coordinator/wire/protocol.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// moezip-worker: the hello_ok JSON, the worker's identity (coordinator/protocol.h):
+// moezip-worker: the hello_ok JSON, the worker's identity (coordinator/wire/protocol.h):
 //   {"protocol": 1, "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
 //    "experts": "<ranges served>", "n_expert": E,
 //    "layers": [{"il", "n_embd", "n_ff", "n_expert",

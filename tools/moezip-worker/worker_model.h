@@ -15,8 +15,8 @@
 // into the mapping; again only served slices are ever read.
 #pragma once
 
-#include "coordinator/expert_range.h"
-#include "coordinator/status.h"
+#include "coordinator/config/expert_range.h"
+#include "coordinator/base/status.h"
 
 #include "ggml.h"
 #include "gguf.h"

@@ -1,6 +1,6 @@
 #include "tools/moezip-worker/worker_server.h"
 
-#include "coordinator/log.h"
+#include "coordinator/base/log.h"
 #include "tools/moezip-worker/worker_compute.h"
 #include "tools/moezip-worker/worker_hello.h"
 

@@ -2,14 +2,14 @@
 //
 // One ROUTER socket serves any number of coordinators (DEALER peers): a peer sends
 // [header, data...], we receive [identity, header, data...] and answer [identity, reply header,
-// data...] (coordinator/protocol.h). Requests are served one at a time in arrival order. Every bad
+// data...] (coordinator/wire/protocol.h). Requests are served one at a time in arrival order. Every bad
 // message gets an `error` reply (header.status = ErrorCode, request_id echoed when the header was
 // readable, one frame of text) and the loop keeps serving. SIGTERM/SIGINT end the loop within the
 // poll timeout (100 ms); the socket is closed (linger 0) before the context.
 #pragma once
 
-#include "coordinator/protocol.h"
-#include "coordinator/status.h"
+#include "coordinator/wire/protocol.h"
+#include "coordinator/base/status.h"
 #include "tools/moezip-worker/worker_engine.h"
 #include "tools/moezip-worker/worker_fault.h"
 #include "tools/moezip-worker/worker_model.h"

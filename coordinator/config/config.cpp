@@ -1,0 +1,422 @@
+// moezip: loading and per-key validation of the TOML config (toml++ 3.3.0, exceptions off).
+// The table of keys with defaults and units is config.h (struct Config) and docs/config.md.
+#include "coordinator/config/config.h"
+#include "coordinator/config/config_internal.h"
+
+#define TOML_EXCEPTIONS 0
+#define TOML_ENABLE_FORMATTERS 0
+#include <toml++/toml.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+namespace {
+
+constexpr long config_file_max_bytes = 1 << 20;
+
+// "got ..." text of a value; with_type adds the TOML type ("string \"5000\"", "table").
+std::string value_text(const toml::node & n, bool with_type) {
+    std::string s;
+    switch (n.type()) {
+        case toml::node_type::string: {
+            std::string v = n.as_string()->get();
+            if (v.size() > 80) v = v.substr(0, 77) + "...";
+            s = (with_type ? "string " : "") + config_quote(v);
+            break;
+        }
+        case toml::node_type::integer:
+            s = (with_type ? "integer " : "") + std::to_string(n.as_integer()->get());
+            break;
+        case toml::node_type::floating_point: {
+            double d = n.as_floating_point()->get();
+            std::string t = config_format_double(d);
+            if (std::isfinite(d) && t.find_first_of(".e") == std::string::npos) t += ".0";
+            s = (with_type ? "float " : "") + t;
+            break;
+        }
+        case toml::node_type::boolean:
+            s = (with_type ? "boolean " : "") + std::string(n.as_boolean()->get() ? "true" : "false");
+            break;
+        case toml::node_type::table: s = "a table"; break;
+        case toml::node_type::array: s = "an array"; break;
+        default: s = "a date/time"; break;
+    }
+    return s;
+}
+
+// Levenshtein distance, for "did you mean" on unknown keys.
+size_t edit_distance(const std::string & a, const std::string & b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// How likely `known` is what was meant by `typed`: 1 when one is a prefix of the other ("timeout",
+// "timeout_ms"), else the edit distance. Suggestions need a score <= 2.
+size_t misspelling_score(const std::string & typed, const std::string & known) {
+    size_t n = std::min(typed.size(), known.size());
+    if (n >= 4 && typed.compare(0, n, known, 0, n) == 0) return 1;
+    return edit_distance(typed, known);
+}
+
+std::string join_path(const std::string & prefix, const std::string & key) {
+    return prefix.empty() ? key : prefix + "." + key;
+}
+
+// Walks the parsed document section by section, fills a Config and collects issues.
+struct Reader {
+    Config & cfg;
+    std::vector<ConfigIssue> & issues;
+
+    int line_of(const toml::node & n, const toml::key & k) const {
+        int l = (int) n.source().begin.line;
+        return l > 0 ? l : (int) k.source().begin.line;
+    }
+
+    // Finds `key` in `t`: records its line under `path`, returns the node or nullptr.
+    const toml::node * find(const toml::table & t, const std::string & path, const char * key, int & line) {
+        auto it = t.find(key);
+        if (it == t.end()) return nullptr;
+        line = line_of(it->second, it->first);
+        cfg.lines[path] = line;
+        return &it->second;
+    }
+
+    void fail(int line, const std::string & path, const std::string & expected, const toml::node & n, bool with_type) {
+        issues.push_back({line, path + ": " + expected + ", got " + value_text(n, with_type)});
+    }
+
+    void check_known(const toml::table & t, const std::string & prefix, const std::vector<const char *> & known) {
+        for (auto && kv : t) {
+            std::string k(kv.first.str());
+            bool ok = false;
+            for (const char * name : known) ok = ok || k == name;
+            if (ok) continue;
+            std::string list, guess;
+            size_t best = 3;
+            for (const char * name : known) {
+                list += std::string(list.empty() ? "" : ", ") + name;
+                size_t score = misspelling_score(k, name);
+                if (score < best) { best = score; guess = std::string("did you mean \"") + name + "\"? "; }
+            }
+            std::string where = prefix.empty() ? "at top level"
+                              : prefix.compare(0, 7, "worker[") == 0 ? "in [[worker]]" : "in [" + prefix + "]";
+            issues.push_back({(int) kv.first.source().begin.line,
+                              join_path(prefix, k) + ": unknown key (" + guess + "known " + where + ": " + list + ")"});
+        }
+    }
+
+    void read_int(const toml::table & t, const std::string & prefix, const char * key,
+                  int64_t lo, int64_t hi, int & out, bool * seen = nullptr) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return;
+        const auto * v = n->as_integer();
+        if (!v || v->get() < lo || v->get() > hi) {
+            fail(line, path, "expected integer " + std::to_string(lo) + ".." + std::to_string(hi), *n, !v);
+            return;
+        }
+        out = (int) v->get();
+        if (seen) *seen = true;
+    }
+
+    // Numbers: floats and integers (share = 1 means 1.0).
+    void read_double(const toml::table & t, const std::string & prefix, const char * key,
+                     double lo, double hi, double & out, bool * seen = nullptr) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return;
+        bool is_num = n->is_floating_point() || n->is_integer();
+        double d = n->is_floating_point() ? n->as_floating_point()->get()
+                 : n->is_integer() ? (double) n->as_integer()->get() : 0.0;
+        if (!is_num || !std::isfinite(d) || d < lo || d > hi) {
+            std::string range = config_format_double(lo) + ".." + config_format_double(hi);
+            fail(line, path, "expected number " + range, *n, !is_num);
+            return;
+        }
+        out = d;
+        if (seen) *seen = true;
+    }
+
+    void read_bool(const toml::table & t, const std::string & prefix, const char * key, bool & out) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return;
+        if (!n->is_boolean()) { fail(line, path, "expected true or false", *n, true); return; }
+        out = n->as_boolean()->get();
+    }
+
+    // A string; returns the node's line (0 when absent or not a string; then out is unchanged).
+    int read_string(const toml::table & t, const std::string & prefix, const char * key, std::string & out) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return 0;
+        if (!n->is_string()) { fail(line, path, "expected string", *n, true); return 0; }
+        out = n->as_string()->get();
+        return line;
+    }
+
+    // One of `names`; out = its index.
+    template <typename E>
+    void read_choice(const toml::table & t, const std::string & prefix, const char * key,
+                     const std::vector<const char *> & names, E & out) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return;
+        for (size_t i = 0; n->is_string() && i < names.size(); ++i) {
+            if (n->as_string()->get() == names[i]) { out = (E) i; return; }
+        }
+        std::string list;
+        for (const char * name : names) list += std::string(list.empty() ? "" : " | ") + "\"" + name + "\"";
+        fail(line, path, "expected " + list, *n, !n->is_string());
+    }
+
+    void read_experts(const toml::table & t, const std::string & prefix, const char * key,
+                      std::vector<ExpertRange> & out) {
+        std::string text;
+        int line = read_string(t, prefix, key, text);
+        if (line == 0) return;
+        Status st = expert_ranges_parse(text, out);
+        if (!st) {
+            issues.push_back({line, join_path(prefix, key) + ": expected expert ranges like \"0-3,8\", got " +
+                                    config_quote(text) + " (" + st.message() + ")"});
+        }
+    }
+
+    void read_endpoint(const toml::table & t, const std::string & prefix, const char * key,
+                       bool for_bind, std::string & out) {
+        std::string text;
+        int line = read_string(t, prefix, key, text);
+        if (line == 0) return;
+        std::string why;
+        if (!config_endpoint_valid(text, for_bind, why)) {
+            issues.push_back({line, join_path(prefix, key) + ": expected \"tcp://host:port\" or \"ipc:///path\", got " +
+                                    config_quote(text) + " (" + why + ")"});
+            return;
+        }
+        out = text;
+    }
+
+    const toml::table * section(const toml::table & root, const char * key) {
+        int line = 0;
+        const toml::node * n = find(root, key, key, line);
+        if (!n) return nullptr;
+        if (!n->is_table()) {
+            fail(line, key, std::string("expected table [") + key + "]", *n, true);
+            return nullptr;
+        }
+        return n->as_table();
+    }
+
+    void read_top(const toml::table & root) {
+        check_known(root, "", {"mode", "report", "report_flush_ms", "require_intercept", "on_mismatch", "strict",
+                               "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
+                               "worker_server"});
+        read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
+        std::string report;
+        int line = read_string(root, "", "report", report);
+        if (line > 0 && report.empty()) issues.push_back({line, "report: expected a non-empty path, got \"\""});
+        else if (line > 0) cfg.report = report;
+        read_int(root, "", "report_flush_ms", 0, 3600000, cfg.report_flush_ms);
+        read_bool(root, "", "require_intercept", cfg.require_intercept);
+        read_choice(root, "", "on_mismatch", {"passthrough", "abort"}, cfg.on_mismatch);
+        read_bool(root, "", "strict", cfg.strict);
+        read_bool(root, "", "no_repack", cfg.no_repack);
+        read_int(root, "", "threads", 0, 256, cfg.threads);
+        read_choice(root, "", "log", {"error", "warn", "info", "debug"}, cfg.log);
+    }
+
+    void read_sections(const toml::table & root) {
+        if (const toml::table * t = section(root, "rows")) {
+            check_known(*t, "rows", {"local_share", "min_rows"});
+            read_double(*t, "rows", "local_share", 0.0, 1.0, cfg.rows.local_share);
+            read_int(*t, "rows", "min_rows", 1, 1000000, cfg.rows.min_rows);
+        }
+        if (const toml::table * t = section(root, "experts")) {
+            check_known(*t, "experts", {"local", "combine", "shadow_every", "release_unowned"});
+            read_experts(*t, "experts", "local", cfg.experts.local);
+            read_choice(*t, "experts", "combine", {"exact", "partial"}, cfg.experts.combine);
+            read_int(*t, "experts", "shadow_every", 0, 1000000000, cfg.experts.shadow_every);
+            read_bool(*t, "experts", "release_unowned", cfg.experts.release_unowned);
+        }
+        if (const toml::table * t = section(root, "shard")) {
+            check_known(*t, "shard", {"local_share", "shadow_every"});
+            read_double(*t, "shard", "local_share", 0.0, 1.0, cfg.shard.local_share);
+            read_int(*t, "shard", "shadow_every", 0, 1000000000, cfg.shard.shadow_every);
+        }
+        if (const toml::table * t = section(root, "dispatch")) {
+            check_known(*t, "dispatch", {"timeout_ms", "on_worker_error", "connect_timeout_ms"});
+            read_int(*t, "dispatch", "timeout_ms", 1, 600000, cfg.dispatch.timeout_ms);
+            read_choice(*t, "dispatch", "on_worker_error", {"local", "abort"}, cfg.dispatch.on_worker_error);
+            read_int(*t, "dispatch", "connect_timeout_ms", 1, 600000, cfg.dispatch.connect_timeout_ms);
+        }
+        if (const toml::table * t = section(root, "worker_server")) {
+            WorkerServerConfig & ws = cfg.worker_server;
+            ws.present = true;
+            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap"});
+            read_endpoint(*t, "worker_server", "bind", true, ws.bind);
+            read_string(*t, "worker_server", "model", ws.model);
+            read_experts(*t, "worker_server", "experts", ws.experts);
+            read_int(*t, "worker_server", "threads", 1, 256, ws.threads);
+            read_bool(*t, "worker_server", "mmap", ws.mmap);
+        }
+    }
+
+    void read_worker(const toml::table & t, size_t index) {
+        std::string prefix = "worker[" + std::to_string(index) + "]";
+        WorkerConfig w;
+        w.line = (int) t.source().begin.line;
+        w.timeout_ms = cfg.dispatch.timeout_ms;
+        cfg.lines[prefix] = w.line;
+        check_known(t, prefix, {"endpoint", "share", "experts", "timeout_ms"});
+        if (!t.contains("endpoint")) issues.push_back({w.line, prefix + ".endpoint: required key is missing"});
+        read_endpoint(t, prefix, "endpoint", false, w.endpoint);
+        read_double(t, prefix, "share", 0.0, 1.0, w.share, &w.has_share);
+        read_experts(t, prefix, "experts", w.experts);
+        read_int(t, prefix, "timeout_ms", 1, 600000, w.timeout_ms, &w.has_timeout);
+        cfg.workers.push_back(std::move(w));
+    }
+
+    void read_workers(const toml::table & root) {
+        int line = 0;
+        const toml::node * n = find(root, "worker", "worker", line);
+        if (!n) return;
+        const toml::array * arr = n->as_array();
+        bool all_tables = arr != nullptr;
+        for (size_t i = 0; arr && i < arr->size(); ++i) all_tables = all_tables && (*arr)[i].is_table();
+        if (!all_tables) {
+            fail(line, "worker", "expected an array of tables [[worker]]", *n, n->is_table() ? false : true);
+            return;
+        }
+        for (size_t i = 0; i < arr->size(); ++i) read_worker(*(*arr)[i].as_table(), i);
+    }
+};
+
+Status load_impl(const std::string & text, const std::string & name, Config & out) {
+    Config cfg;
+    cfg.source = name;
+    std::string pre_message;
+    if (!config_precheck_headers(text, name, pre_message)) {
+        out = Config();
+        out.source = name;
+        return Status::invalid_argument(pre_message);
+    }
+    toml::parse_result parsed = toml::parse(std::string_view(text), std::string_view(name));
+    if (!parsed) {
+        const toml::parse_error & e = parsed.error();
+        out = Config();
+        out.source = name;
+        return Status::invalid_argument(config_syntax_message(text, name, (int) e.source().begin.line,
+                                                              (int) e.source().begin.column,
+                                                              std::string(e.description())));
+    }
+    std::vector<ConfigIssue> issues;
+    Reader rd{cfg, issues};
+    rd.read_top(parsed.table());
+    rd.read_sections(parsed.table());   // before workers: they inherit dispatch.timeout_ms
+    rd.read_workers(parsed.table());
+    if (issues.empty()) config_check_cross(cfg, issues);
+    if (!issues.empty()) {
+        out = Config();
+        out.source = name;
+        out.strict = cfg.strict;
+        out.log = cfg.log;
+        // kept so that a bad file with require_intercept = true still fails the run loudly, and its
+        // report lands where the user looks for it
+        out.require_intercept = cfg.require_intercept;
+        out.report = cfg.report;
+        return Status::invalid_argument(config_issues_join(name, std::move(issues)));
+    }
+    out = std::move(cfg);
+    return Status::ok();
+}
+
+} // namespace
+
+Status config_load_string(const std::string & text, const std::string & name_for_messages, Config & out) {
+    try {
+        return load_impl(text, name_for_messages, out);
+    } catch (const std::bad_alloc &) {
+        out = Config();
+        return Status::invalid_argument(name_for_messages + ": out of memory while reading the config");
+    } catch (const std::exception & e) {
+        out = Config();
+        return Status::invalid_argument(name_for_messages + ": internal error while reading the config: " + e.what());
+    }
+}
+
+Status config_load_file(const std::string & path, Config & out) {
+    try {
+        struct stat st;
+        if (stat(path.c_str(), &st) != 0) {
+            out = Config();
+            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
+        }
+        if (!S_ISREG(st.st_mode) || st.st_size > config_file_max_bytes) {
+            out = Config();
+            return Status::io_error("cannot read config " + path + ": " +
+                                    (S_ISREG(st.st_mode) ? "larger than 1 MiB" : "not a regular file"));
+        }
+        FILE * f = fopen(path.c_str(), "rb");
+        if (!f) {
+            out = Config();
+            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
+        }
+        std::string text((size_t) st.st_size, '\0');
+        size_t got = fread(&text[0], 1, text.size(), f);
+        bool bad = ferror(f) != 0;
+        fclose(f);
+        if (bad) {
+            out = Config();
+            return Status::io_error("cannot read config " + path + ": read error");
+        }
+        text.resize(got);
+        return config_load_string(text, path, out);
+    } catch (const std::exception & e) {
+        out = Config();
+        return Status::io_error("cannot read config " + path + ": " + e.what());
+    }
+}
+
+std::string config_report_path(const Config & cfg, int pid) {
+    std::string s = cfg.report;
+    std::string p = std::to_string(pid);
+    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) {
+        s.replace(pos, 2, p);
+    }
+    return s;
+}
+
+std::string config_why_experts_resident(const Config & cfg) {
+    if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";
+    if (cfg.workers.empty()) return "no [[worker]]";
+    if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
+    if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
+    return "";
+}
+
+} // namespace moezip

@@ -1,0 +1,147 @@
+// moezip: the configuration, one TOML file (reference with every key: docs/config.md).
+// Ordinary C++ without globals: the preload and moezip-worker load a file into a Config and keep it.
+// Every key is optional, unknown keys are errors, every value is type- and range-checked, and every
+// error names file, line and key path:
+//   moezip.toml:12: worker[1].timeout_ms: expected integer 1..600000, got -5
+// Nothing here throws (toml++ runs with exceptions disabled; the entry points also catch).
+#pragma once
+
+#include "coordinator/config/expert_range.h"
+#include "coordinator/base/log.h"
+#include "coordinator/base/status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// What the preload does with the MoE regions it recognises.
+enum class ConfigMode {
+    observe,  ///< only watch and report; the engine computes everything (default)
+    local,    ///< moezip computes the regions itself, here (checks the interception, no workers)
+    rows,     ///< split each region's rows (tokens) between this host and the workers
+    experts,  ///< split by expert ownership: each host computes the experts it owns
+    shard,    ///< every host computes a slice of every expert's n_ff; partial row sums are reduced here
+};
+
+/// Provider identity mismatch (the engine's kernel is not the one the provider map expects).
+enum class MismatchPolicy { passthrough, abort };
+/// A worker fails or times out.
+enum class WorkerErrorPolicy { local, abort };
+/// How expert results from other hosts are combined (experts mode).
+enum class ExpertCombine { exact, partial };
+
+/// [rows]: mode = "rows".
+struct RowsConfig {
+    double local_share = 1.0;  ///< fraction of a region's rows computed here, 0..1; default 1
+    int    min_rows    = 2;    ///< regions with fewer rows run locally (decode), 1..1000000; default 2
+};
+
+/// [experts]: mode = "experts".
+struct ExpertsConfig {
+    std::vector<ExpertRange> local;            ///< experts the coordinator owns; default none
+    ExpertCombine combine = ExpertCombine::exact;  ///< default exact (per-slot outputs, bit-identical)
+    int shadow_every = 0;  ///< partial combine: recompute every Nth call here and report the error; 0 = never
+    /// Drop this host's resident pages of the experts a worker serves, once that worker has served
+    /// the layer (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
+    bool release_unowned = true;
+};
+
+/// [shard]: mode = "shard".
+struct ShardConfig {
+    double local_share = 1.0;  ///< fraction of every expert's n_ff computed here, 0..1; default 1
+    int shadow_every = 0;      ///< recompute every Nth call whole here and report the error; 0 = never
+};
+
+/// [dispatch]: defaults for every worker.
+struct DispatchConfig {
+    int timeout_ms = 5000;  ///< per-request timeout, ms, 1..600000; default 5000
+    WorkerErrorPolicy on_worker_error = WorkerErrorPolicy::local;  ///< default local
+    int connect_timeout_ms = 5000;  ///< handshake timeout, ms, 1..600000; default 5000
+};
+
+/// One [[worker]] table, in file order.
+struct WorkerConfig {
+    std::string endpoint;              ///< "tcp://host:port" or "ipc:///path" (required)
+    double share = 0.0;                ///< rows mode: its fraction of the rows; shard mode: of every expert's n_ff; 0..1; default 0
+    std::vector<ExpertRange> experts;  ///< experts mode: experts this worker owns; default none
+    int timeout_ms = 5000;             ///< resolved per-request timeout, ms (own value or dispatch.timeout_ms)
+    bool has_share = false;            ///< `share` was written in the file
+    bool has_timeout = false;          ///< `timeout_ms` was written in the file (else dispatch's)
+    int line = 0;                      ///< line of the [[worker]] header, for messages
+};
+
+/// [worker_server]: what moezip-worker uses when it reads this file.
+struct WorkerServerConfig {
+    bool present = false;             ///< the table exists
+    std::string bind;                 ///< endpoint to bind ("tcp://*:5601", "ipc:///path"); default ""
+    std::string model;                ///< GGUF path; default ""
+    std::vector<ExpertRange> experts; ///< experts to load; default none = all
+    int threads = 1;                  ///< compute threads, 1..256; default 1
+    bool mmap = false;                ///< map the weights instead of loading them into memory; default false
+};
+
+/// The whole configuration with its defaults (a default-constructed Config is valid: observe mode).
+struct Config {
+    ConfigMode mode = ConfigMode::observe;       ///< default observe
+    std::string report = "moezip-report.%p.json";  ///< report path; "%p" = pid (config_report_path)
+    int report_flush_ms = 1000;       ///< periodic report flush, ms, 0 = only at exit; 0..3600000
+    bool require_intercept = false;   ///< a MoE region not handled as configured fails the run loudly
+    MismatchPolicy on_mismatch = MismatchPolicy::passthrough;  ///< default passthrough
+    bool strict = false;              ///< a bad config makes the host exit (status 3) instead of passthrough
+    bool no_repack = false;           ///< hide the CPU "extra" (repack) buffer types (weights stay GGUF layout)
+    int threads = 0;                  ///< threads for moezip's own compute, 0 = the engine's count; 0..256
+    LogLevel log = LogLevel::info;    ///< default info
+
+    RowsConfig rows;
+    ExpertsConfig experts;
+    ShardConfig shard;
+    DispatchConfig dispatch;
+    std::vector<WorkerConfig> workers;
+    WorkerServerConfig worker_server;
+
+    std::string source = "<defaults>";  ///< file name used in messages
+    std::map<std::string, int> lines;   ///< key path ("rows.local_share", "worker[1].share") -> line
+};
+
+/// Reads and validates `path`. Errors: io_error naming the path (missing, unreadable, > 1 MiB);
+/// invalid_argument "FILE:LINE: KEY: expected ..., got ..." (one line per problem, in file order;
+/// syntax errors as "FILE:LINE:COL: ..."). On error `out` is reset to defaults except `strict`,
+/// `log`, `require_intercept` and `report`, which keep the file's value when that key itself was
+/// valid (so the caller can still apply the strict and require_intercept policies, the log level
+/// and the report path).
+Status config_load_file(const std::string & path, Config & out);
+
+/// As config_load_file for TOML text; `name_for_messages` stands for FILE in messages.
+Status config_load_string(const std::string & text, const std::string & name_for_messages, Config & out);
+
+/// The resolved configuration, one "key = value" per line in a fixed order (verbose mode),
+/// for example `dispatch.timeout_ms = 5000` and `worker[0].endpoint = "tcp://127.0.0.1:5601"`.
+/// Independent of the file's name, layout, comments and key order.
+std::string config_describe(const Config & cfg);
+
+/// XXH3-64 of config_describe(cfg): equal resolved configs have equal digests (for the report).
+uint64_t config_digest(const Config & cfg);
+
+/// Experts mode: checks that every expert 0..n_expert-1 has an owner (the coordinator or a worker)
+/// and that no owner names an expert >= n_expert. Errors (invalid_argument) name the first unowned
+/// expert, or the owner and the out-of-range expert, with file and line. ok in other modes.
+Status config_check_expert_coverage(const Config & cfg, int n_expert);
+
+/// The report path with every "%p" replaced by `pid`.
+std::string config_report_path(const Config & cfg, int pid);
+
+/// Why this host keeps the workers' experts resident: "" when it does not (mode "experts" with
+/// workers, experts.release_unowned, no shadow checks), else the reason for the report.
+std::string config_why_experts_resident(const Config & cfg);
+
+/// Names of the enums as written in the file ("observe", "passthrough", ...).
+const char * config_mode_name(ConfigMode m);
+const char * config_mismatch_name(MismatchPolicy p);
+const char * config_worker_error_name(WorkerErrorPolicy p);
+const char * config_combine_name(ExpertCombine c);
+const char * config_log_name(LogLevel l);
+
+} // namespace moezip

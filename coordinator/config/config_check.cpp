@@ -1,0 +1,183 @@
+// moezip: cross-field checks of the config (shares, expert ownership, endpoints) and the expert
+// coverage check that needs the model's n_expert.
+#include "coordinator/config/config_internal.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace moezip {
+
+namespace {
+
+constexpr double share_tolerance = 1e-6;
+
+std::string worker_name(size_t i) { return "worker[" + std::to_string(i) + "]"; }
+
+// An owner of experts in experts mode: the coordinator (experts.local) or a worker.
+struct ExpertOwner {
+    std::string key;   // "experts.local" or "worker[1].experts"
+    std::string who;   // "the coordinator" or "worker[1]"
+    int line;
+    const std::vector<ExpertRange> * experts;
+};
+
+std::vector<ExpertOwner> expert_owners(const Config & cfg) {
+    int mode_line = config_line_of(cfg, "mode", 1);
+    std::vector<ExpertOwner> owners;
+    owners.push_back({"experts.local", "the coordinator", config_line_of(cfg, "experts.local", mode_line),
+                      &cfg.experts.local});
+    for (size_t i = 0; i < cfg.workers.size(); ++i) {
+        std::string key = worker_name(i) + ".experts";
+        owners.push_back({key, worker_name(i), config_line_of(cfg, key, cfg.workers[i].line), &cfg.workers[i].experts});
+    }
+    return owners;
+}
+
+// rows and shard modes: local_share + every worker's share must be 1. `mode` names the section
+// ("rows" or "shard") and what is shared ("rows" or "n_ff slices") in messages.
+void check_shares(const Config & cfg, const char * mode, double local_share, std::vector<ConfigIssue> & issues) {
+    const std::string key = std::string(mode) + ".local_share";
+    int local_line = config_line_of(cfg, key, config_line_of(cfg, "mode", 1));
+    if (cfg.workers.empty()) {
+        if (local_share != 1.0) {
+            issues.push_back({local_line, key + ": " + mode + " mode without any [[worker]] needs local_share = 1, got " +
+                                          config_format_double(local_share)});
+        }
+        return;
+    }
+    double sum = local_share;
+    std::string terms = config_format_double(local_share);
+    bool all_set = true;
+    for (size_t i = 0; i < cfg.workers.size(); ++i) {
+        const WorkerConfig & w = cfg.workers[i];
+        if (!w.has_share) issues.push_back({w.line, worker_name(i) + ".share: required in " + mode + " mode"});
+        all_set = all_set && w.has_share;
+        sum += w.share;
+        terms += " + " + config_format_double(w.share);
+    }
+    if (all_set && std::fabs(sum - 1.0) > share_tolerance) {
+        std::string note = cfg.lines.count(key) ? "" : " (" + key + " is not set and defaults to 1)";
+        issues.push_back({local_line, key + ": local_share + the workers' shares must be 1 (+-1e-6), got " +
+                                      terms + " = " + config_format_double(sum) + note});
+    }
+}
+
+void check_experts(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    std::vector<ExpertOwner> owners = expert_owners(cfg);
+    for (size_t i = 1; i < owners.size(); ++i) {
+        if (owners[i].experts->empty()) {
+            issues.push_back({owners[i].line, owners[i].key + ": required in experts mode (the experts this worker owns)"});
+        }
+    }
+    for (size_t j = 1; j < owners.size(); ++j) {
+        for (size_t i = 0; i < j; ++i) {
+            int e = expert_ranges_first_common(*owners[i].experts, *owners[j].experts);
+            if (e < 0) continue;
+            issues.push_back({owners[j].line, owners[j].key + ": expert " + std::to_string(e) + " is owned by both " +
+                                              owners[i].who + " (" + owners[i].key + ", line " +
+                                              std::to_string(owners[i].line) + ") and " + owners[j].who});
+        }
+    }
+    if (cfg.experts.shadow_every > 0 && cfg.experts.combine != ExpertCombine::partial) {
+        issues.push_back({config_line_of(cfg, "experts.shadow_every"),
+                          "experts.shadow_every: only used with combine = \"partial\", got combine = \"exact\""});
+    }
+}
+
+void check_endpoints(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    for (size_t j = 0; j < cfg.workers.size(); ++j) {
+        for (size_t i = 0; i < j; ++i) {
+            if (cfg.workers[j].endpoint.empty() || cfg.workers[i].endpoint != cfg.workers[j].endpoint) continue;
+            std::string key = worker_name(j) + ".endpoint";
+            issues.push_back({config_line_of(cfg, key, cfg.workers[j].line),
+                              key + ": duplicate endpoint " + config_quote(cfg.workers[j].endpoint) +
+                              ", already used by " + worker_name(i) + " (line " +
+                              std::to_string(config_line_of(cfg, worker_name(i) + ".endpoint")) + ")"});
+            break;
+        }
+    }
+}
+
+bool all_digits(const std::string & s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return isdigit((unsigned char) c); });
+}
+
+} // namespace
+
+void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    check_endpoints(cfg, issues);
+    if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, issues);
+    if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, issues);
+    if (cfg.mode == ConfigMode::experts) check_experts(cfg, issues);
+}
+
+Status config_check_expert_coverage(const Config & cfg, int n_expert) {
+    if (cfg.mode != ConfigMode::experts) return Status::ok();
+    if (n_expert <= 0 || n_expert > expert_id_max + 1) {
+        return Status::invalid_argument(cfg.source + ": model n_expert " + std::to_string(n_expert) + " out of range");
+    }
+    std::vector<ExpertOwner> owners = expert_owners(cfg);
+    for (const ExpertOwner & o : owners) {
+        for (const ExpertRange & r : *o.experts) {
+            if (r.last < n_expert) continue;
+            return Status::invalid_argument(cfg.source + ":" + std::to_string(o.line) + ": " + o.key + ": expert " +
+                                            std::to_string(std::max(r.first, n_expert)) + " does not exist (the model has " +
+                                            std::to_string(n_expert) + " experts, 0.." + std::to_string(n_expert - 1) + ")");
+        }
+    }
+    for (int e = 0; e < n_expert; ++e) {
+        bool owned = false;
+        for (const ExpertOwner & o : owners) owned = owned || expert_ranges_contains(*o.experts, e);
+        if (owned) continue;
+        std::string held;
+        for (const ExpertOwner & o : owners) {
+            held += "; " + o.who + ": " + (o.experts->empty() ? "none" : expert_ranges_format(*o.experts));
+        }
+        return Status::invalid_argument(cfg.source + ":" + std::to_string(owners[0].line) + ": experts.local: expert " +
+                                        std::to_string(e) + " has no owner (the model has " + std::to_string(n_expert) +
+                                        " experts" + held + ")");
+    }
+    return Status::ok();
+}
+
+bool config_endpoint_valid(const std::string & ep, bool for_bind, std::string & why) {
+    if (ep.compare(0, 6, "ipc://") == 0) {
+        if (ep.size() > 6) return true;
+        why = "empty ipc path";
+        return false;
+    }
+    if (ep.compare(0, 6, "tcp://") != 0) {
+        why = "unknown transport";
+        return false;
+    }
+    size_t colon = ep.rfind(':');
+    std::string host = colon > 6 ? ep.substr(6, colon - 6) : "";
+    std::string port = colon > 6 ? ep.substr(colon + 1) : "";
+    if (host.empty() || host.find_first_of(" \t/") != std::string::npos) { why = "missing or bad host"; return false; }
+    if (!for_bind && host == "*") { why = "host \"*\" is only valid for bind"; return false; }
+    if (for_bind && port == "*") return true;
+    if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+        why = "port must be 1..65535";
+        return false;
+    }
+    return true;
+}
+
+int config_line_of(const Config & cfg, const std::string & key, int fallback) {
+    auto it = cfg.lines.find(key);
+    return it == cfg.lines.end() ? fallback : it->second;
+}
+
+std::string config_issues_join(const std::string & file, std::vector<ConfigIssue> issues) {
+    std::stable_sort(issues.begin(), issues.end(),
+                     [](const ConfigIssue & a, const ConfigIssue & b) { return a.line < b.line; });
+    std::string out;
+    for (const ConfigIssue & is : issues) {
+        if (!out.empty()) out += "\n";
+        out += file + ":" + std::to_string(is.line) + ": " + is.text;
+    }
+    return out;
+}
+
+} // namespace moezip

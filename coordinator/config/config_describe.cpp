@@ -1,0 +1,127 @@
+// moezip: the resolved config as text (verbose mode) and its digest (the report's config section).
+#include "coordinator/config/config_internal.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace moezip {
+
+const char * config_mode_name(ConfigMode m) {
+    switch (m) {
+        case ConfigMode::observe: return "observe";
+        case ConfigMode::local:   return "local";
+        case ConfigMode::rows:    return "rows";
+        case ConfigMode::experts: return "experts";
+        case ConfigMode::shard:   return "shard";
+    }
+    return "?";
+}
+
+const char * config_mismatch_name(MismatchPolicy p) { return p == MismatchPolicy::abort ? "abort" : "passthrough"; }
+const char * config_worker_error_name(WorkerErrorPolicy p) { return p == WorkerErrorPolicy::abort ? "abort" : "local"; }
+const char * config_combine_name(ExpertCombine c) { return c == ExpertCombine::partial ? "partial" : "exact"; }
+
+const char * config_log_name(LogLevel l) {
+    switch (l) {
+        case LogLevel::error: return "error";
+        case LogLevel::warn:  return "warn";
+        case LogLevel::info:  return "info";
+        case LogLevel::debug: return "debug";
+    }
+    return "?";
+}
+
+std::string config_format_double(double v) {
+    char buf[40];
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+        snprintf(buf, sizeof buf, "%.0f", v);   // integral: "5000", not "5e+03"
+        return buf;
+    }
+    for (int prec = 1; prec <= 17; ++prec) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+
+std::string config_quote(const std::string & s) {
+    std::string out = "\"";
+    for (char c : s) {
+        unsigned char u = (unsigned char) c;
+        if (c == '"' || c == '\\') { out += '\\'; out += c; }
+        else if (u < 0x20 || u == 0x7f) { char e[8]; snprintf(e, sizeof e, "\\u%04x", u); out += e; }
+        else out += c;
+    }
+    return out + "\"";
+}
+
+namespace {
+
+struct Lines {
+    std::string text;
+    void add(const std::string & key, const std::string & value) { text += key + " = " + value + "\n"; }
+    void add(const std::string & key, int v) { add(key, std::to_string(v)); }
+    void add(const std::string & key, bool v) { add(key, std::string(v ? "true" : "false")); }
+    void add_num(const std::string & key, double v) { add(key, config_format_double(v)); }
+    void add_str(const std::string & key, const std::string & v) { add(key, config_quote(v)); }
+};
+
+void describe_sections(const Config & c, Lines & l) {
+    l.add_num("rows.local_share", c.rows.local_share);
+    l.add("rows.min_rows", c.rows.min_rows);
+    l.add_str("experts.local", expert_ranges_format(c.experts.local));
+    l.add_str("experts.combine", config_combine_name(c.experts.combine));
+    l.add("experts.shadow_every", c.experts.shadow_every);
+    l.add("experts.release_unowned", c.experts.release_unowned);
+    l.add_num("shard.local_share", c.shard.local_share);
+    l.add("shard.shadow_every", c.shard.shadow_every);
+    l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);
+    l.add_str("dispatch.on_worker_error", config_worker_error_name(c.dispatch.on_worker_error));
+    l.add("dispatch.connect_timeout_ms", c.dispatch.connect_timeout_ms);
+}
+
+void describe_workers(const Config & c, Lines & l) {
+    for (size_t i = 0; i < c.workers.size(); ++i) {
+        const WorkerConfig & w = c.workers[i];
+        std::string p = "worker[" + std::to_string(i) + "].";
+        l.add_str(p + "endpoint", w.endpoint);
+        l.add_num(p + "share", w.share);
+        l.add_str(p + "experts", expert_ranges_format(w.experts));
+        l.add(p + "timeout_ms", w.timeout_ms);
+    }
+    if (!c.worker_server.present) return;
+    const WorkerServerConfig & s = c.worker_server;
+    l.add_str("worker_server.bind", s.bind);
+    l.add_str("worker_server.model", s.model);
+    l.add_str("worker_server.experts", expert_ranges_format(s.experts));
+    l.add("worker_server.threads", s.threads);
+    l.add("worker_server.mmap", s.mmap);
+}
+
+} // namespace
+
+std::string config_describe(const Config & c) {
+    Lines l;
+    l.add_str("mode", config_mode_name(c.mode));
+    l.add_str("report", c.report);
+    l.add("report_flush_ms", c.report_flush_ms);
+    l.add("require_intercept", c.require_intercept);
+    l.add_str("on_mismatch", config_mismatch_name(c.on_mismatch));
+    l.add("strict", c.strict);
+    l.add("no_repack", c.no_repack);
+    l.add("threads", c.threads);
+    l.add_str("log", config_log_name(c.log));
+    describe_sections(c, l);
+    describe_workers(c, l);
+    return l.text;
+}
+
+uint64_t config_digest(const Config & c) {
+    std::string text = config_describe(c);
+    return XXH3_64bits(text.data(), text.size());
+}
+
+} // namespace moezip

@@ -1,0 +1,177 @@
+// moezip: messages for TOML syntax errors. toml++ 3.3.0 (Debian) garbles some of its own texts
+// (a duplicate quoted table name comes out doubled: ["rows"] twice -> '"rorows"') and reports an
+// out-of-range integer at the end of its line, so the table name, key path and column are re-derived
+// here from the source text; toml++'s wording is kept only as a detail for the remaining cases.
+#include "coordinator/config/config_internal.h"
+
+#include <cctype>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+namespace {
+
+std::string trim(const std::string & s) {
+    size_t b = s.find_first_not_of(" \t\r");
+    if (b == std::string::npos) return "";
+    size_t e = s.find_last_not_of(" \t\r");
+    return s.substr(b, e - b + 1);
+}
+
+// Line `line` (1-based) of `text`, without its newline.
+std::string source_line(const std::string & text, int line) {
+    size_t pos = 0;
+    for (int i = 1; i < line && pos != std::string::npos; ++i) {
+        pos = text.find('\n', pos);
+        if (pos != std::string::npos) ++pos;
+    }
+    if (pos == std::string::npos || pos > text.size()) return "";
+    size_t end = text.find('\n', pos);
+    return text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+}
+
+// Splits a dotted TOML key ("a . \"b.c\"") into its parts without quotes; stops at `stop`
+// (outside quotes) and returns the position there in `end`.
+std::string dotted_key(const std::string & s, size_t start, char stop, size_t & end) {
+    std::string out, part;
+    char quote = 0;
+    size_t i = start;
+    for (; i < s.size(); ++i) {
+        char c = s[i];
+        if (quote) { if (c == quote) quote = 0; else part += c; continue; }
+        if (c == '"' || c == '\'') { quote = c; continue; }
+        if (c == stop || c == '#') break;
+        if (c == '.') { out += (out.empty() ? "" : ".") + trim(part); part.clear(); continue; }
+        part += c;
+    }
+    end = i;
+    std::string last = trim(part);
+    if (!last.empty()) out += (out.empty() ? "" : ".") + last;
+    return out;
+}
+
+// A table header line: its name and whether it is "[[...]]". False when the line is no header.
+bool header_of(const std::string & raw, std::string & name, bool & is_array) {
+    std::string s = trim(raw);
+    if (s.empty() || s[0] != '[') return false;
+    is_array = s.size() > 1 && s[1] == '[';
+    size_t end = 0;
+    name = dotted_key(s, is_array ? 2 : 1, ']', end);
+    return true;
+}
+
+// The key path of the table in force at `line`: "rows", "worker[1]" or "" (top level).
+std::string table_at(const std::string & text, int line) {
+    std::string current;
+    std::vector<std::pair<std::string, int>> array_counts;
+    for (int l = 1; l < line; ++l) {
+        std::string name;
+        bool is_array = false;
+        if (!header_of(source_line(text, l), name, is_array)) continue;
+        if (!is_array) { current = name; continue; }
+        int n = 0;
+        for (auto & ac : array_counts) if (ac.first == name) n = ++ac.second;
+        if (n == 0) array_counts.push_back({name, n = 1});
+        current = name + "[" + std::to_string(n - 1) + "]";
+    }
+    return current;
+}
+
+// Key path of the key-value pair on `line` ("dispatch.timeout_ms"), "" when there is none.
+std::string key_path_at(const std::string & text, int line) {
+    std::string src = source_line(text, line);
+    size_t end = 0;
+    std::string key = dotted_key(src, 0, '=', end);
+    if (end >= src.size() || src[end] != '=' || key.empty()) return "";
+    std::string table = table_at(text, line);
+    return table.empty() ? key : table + "." + key;
+}
+
+int first_column(const std::string & src) {
+    size_t b = src.find_first_not_of(" \t");
+    return b == std::string::npos ? 1 : (int) b + 1;
+}
+
+std::string shown_line(const std::string & src) {
+    std::string s = trim(src);
+    std::string clean;
+    for (char c : s) clean += ((unsigned char) c < 0x20 || (unsigned char) c >= 0x7f) ? '?' : c;
+    if (clean.size() > 80) clean = clean.substr(0, 77) + "...";
+    return clean;
+}
+
+// toml++'s description without its "Error while parsing " prefix.
+std::string toml_detail(const std::string & d) {
+    const std::string prefix = "Error while parsing ";
+    return d.compare(0, prefix.size(), prefix) == 0 ? d.substr(prefix.size()) : d;
+}
+
+bool is_bare_key_char(char c) {
+    return isalnum((unsigned char) c) || c == '_' || c == '-';
+}
+
+} // namespace
+
+bool config_precheck_headers(const std::string & text, const std::string & file, std::string & message) {
+    int line = 1;
+    size_t bom = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // toml++ skips a UTF-8 BOM
+    for (size_t pos = bom; pos < text.size(); ++line) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        size_t i = text.find_first_not_of(" \t", pos);
+        if (i < end && text[i] == '[') {
+            size_t j = i + 1;
+            if (j < end && text[j] == '[') ++j;
+            while (j < end && (text[j] == ' ' || text[j] == '\t')) ++j;
+            char c = j < end ? text[j] : '\n';
+            if (c != ']' && c != '"' && c != '\'' && !is_bare_key_char(c)) {
+                message = file + ":" + std::to_string(line) + ":" + std::to_string(j - pos + 1) +
+                          ": not valid TOML (a table header needs a name: a letter, digit, '_', '-' or quote after '[') in line: " +
+                          shown_line(text.substr(pos, end - pos));
+                return false;
+            }
+        }
+        pos = end + 1;
+    }
+    return true;
+}
+
+std::string config_syntax_message(const std::string & text, const std::string & file,
+                                  int line, int col, const std::string & description) {
+    std::string src = source_line(text, line);
+    std::string where = file + ":" + std::to_string(line) + ":";
+    std::string header;
+    bool is_array = false;
+    bool is_header = header_of(src, header, is_array);
+    if (description.find("cannot redefine existing") != std::string::npos && is_header) {
+        std::string shown = is_array ? "[[" + header + "]]" : "[" + header + "]";
+        return where + std::to_string(first_column(src)) + ": " + header + ": duplicate table " + shown +
+               " (the name is already defined above, as a table, array or key)";
+    }
+    if (description.find("cannot redefine existing") != std::string::npos) {
+        std::string key = key_path_at(text, line);
+        if (!key.empty()) {
+            return where + std::to_string(first_column(src)) + ": " + key +
+                   ": duplicate key (already set above in the same table)";
+        }
+    }
+    if (description.find("not representable in 64 bits") != std::string::npos) {
+        size_t q1 = description.find('\'');
+        size_t q2 = q1 == std::string::npos ? q1 : description.find('\'', q1 + 1);
+        std::string token = q2 == std::string::npos ? "" : description.substr(q1 + 1, q2 - q1 - 1);
+        size_t at = token.empty() ? std::string::npos : src.find(token);
+        int token_col = at == std::string::npos ? col : (int) at + 1;
+        std::string key = key_path_at(text, line);
+        return where + std::to_string(token_col) + ": " + (key.empty() ? "" : key + ": ") +
+               "integer " + (token.empty() ? "value" : token) + " does not fit in 64 bits";
+    }
+    if (description.find("invalid utf-8") != std::string::npos) {
+        return where + std::to_string(col) + ": not a UTF-8 text file (invalid byte sequence); expected TOML";
+    }
+    std::string key = key_path_at(text, line);
+    return where + std::to_string(col) + ": " + (key.empty() ? "" : key + ": ") + "not valid TOML (" +
+           toml_detail(description) + ") in line: " + shown_line(src);
+}
+
+} // namespace moezip

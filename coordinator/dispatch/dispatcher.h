@@ -1,0 +1,106 @@
+// moezip: the coordinator's side of distribution, shared by the rows and experts handlers —
+// the worker links, the hello handshake and identity checks, liveness, and per-worker evidence.
+//
+// Nothing is created before the first region is dispatched: the ZeroMQ context and sockets
+// appear at the first call (a process that never computes a MoE graph never opens a socket).
+// A worker is used only after its hello_ok matched this host: same ggml commit, same CPU variant
+// and build-id (the condition for bit-identical kernels), the experts it must serve, and, per layer
+// at first use, the same expert tensors (name, type, shape) and expert content digests.
+// A worker that fails is marked down and probed again after a back-off (1 s, doubling to 30 s);
+// meanwhile its work is computed here (policy "local") or the compute fails (policy "abort").
+#pragma once
+
+#include "coordinator/config/config.h"
+#include "coordinator/compute/moe_exec.h"
+#include "coordinator/wire/transport.h"
+#include "provider_map/moe_region.h"
+#include "provider_map/provider_map.h"
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <sched.h>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// What this host runs, for the handshake.
+struct EngineIdentity {
+    std::string ggml_commit;
+    BackendVariant variant;
+};
+
+class Dispatcher {
+public:
+    Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity self);
+    ~Dispatcher();
+
+    size_t n_workers() const { return workers_.size(); }
+    /// True when worker w may take work for region r now (connects, says hello and checks the
+    /// layer the first time; false while the worker is down or refused).
+    bool usable(size_t w, const MoeRegion & r);
+    WorkerLink & link(size_t w) { return *workers_[w].link; }
+    /// Marks worker w down after a failed request (logs the reason once per failure streak).
+    void mark_failed(size_t w, const Status & why);
+    uint64_t next_request_id() { return ++request_id_; }
+    /// Called once the requests of a call are queued, before this host computes its own part:
+    /// gives the CPU to ZeroMQ's I/O thread so it puts them on the wire now. When the engine's
+    /// threads fill every core (one pinned core in the bench), the I/O thread could otherwise wait
+    /// for the scheduler's time slice (ms) and the workers would start late; measured on
+    /// a3b-L4-q8_0 decode: waiting for the worker 0.39-0.50 ms per call with it, 0.48-1.37 without.
+    void let_io_thread_send() const { sched_yield(); }
+    /// Counts one request of worker w computed on this host instead.
+    void count_fallback(size_t w) { if (workers_[w].link) ++workers_[w].link->stats().fallbacks; else ++workers_[w].fallbacks_unlinked; }
+    /// Test-only fault switch MOEZIP_TEST_FAULT=corrupt_request: corrupt request frames after hashing.
+    bool fault_corrupt_request() const { return fault_corrupt_; }
+    MoeExecutor & executor() { return exec_; }
+    const Config & config() const { return cfg_; }
+    const GgmlApi & api() const { return api_; }
+
+    /// Moves out the failure messages since the last call (for the report's errors; capped at 50
+    /// between calls).
+    std::vector<std::string> take_errors() { std::vector<std::string> e; e.swap(pending_errors_); return e; }
+
+    /// Per-worker evidence for the report.
+    nlohmann::json stats_json() const;
+    /// Closes every socket (linger 0) and the context. Idempotent.
+    void shutdown();
+
+private:
+    struct Worker {
+        const WorkerConfig * cfg = nullptr;
+        std::unique_ptr<WorkerLink> link;
+        bool said_hello = false;
+        std::string refused;                 // non-empty: identity mismatch, never used
+        nlohmann::json identity;             // the worker's hello_ok
+        std::set<int> layers_ok;             // layers whose tensors and digests were checked
+        std::chrono::steady_clock::time_point down_until{};
+        int backoff_ms = 0;
+        bool logged_down = false;
+        uint64_t fallbacks_unlinked = 0;     // fallbacks before any link existed
+        uint64_t failures = 0;               // times it was marked down
+        std::string last_failure;            // why, the last time
+    };
+
+    Status hello(Worker & w);
+    Status check_identity(const Worker & w) const;
+    Status check_layer(const Worker & w, const MoeRegion & r) const;
+    std::vector<int> assigned_experts(size_t w, int n_expert) const;
+
+    const Config & cfg_;
+    const GgmlApi & api_;
+    EngineIdentity self_;
+    std::unique_ptr<zmq::context_t> ctx_;
+    std::vector<Worker> workers_;
+    uint64_t request_id_ = 0;
+    std::vector<std::string> pending_errors_;
+    bool fault_corrupt_ = false;
+    MoeExecutor exec_;
+    int pid_ = 0;
+};
+
+} // namespace moezip

@@ -1,0 +1,74 @@
+// moezip: the evidence a run collects (counters, checks, hashes) and its JSON report.
+//
+// The report (schema "moezip-report/1", docs/report.md) is what makes a run auditable and two runs
+// comparable: engine identity, config digest, provider map, per-layer counters, identity checks,
+// and the XXH3-64 of every graph's logits output (`result_output`) with a rolling chain hash.
+#pragma once
+
+#include "coordinator/base/status.h"
+#include "provider_map/provider_map.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// Per-layer counters. Times in ms.
+struct LayerCounters {
+    uint64_t calls = 0;          ///< regions handled by moezip (one per graph containing the layer)
+    uint64_t rows = 0;           ///< rows (tokens) over all handled calls
+    uint64_t slots = 0;          ///< (row, expert) pairs over all handled calls
+    uint64_t local_rows = 0, remote_rows = 0;    ///< rows mode
+    uint64_t local_slots = 0, remote_slots = 0;  ///< experts mode
+    uint64_t passthrough = 0;    ///< regions left to the engine (not dispatchable, mismatch, ...)
+    uint64_t fallbacks = 0;      ///< remote parts computed here after a worker error
+    double ms = 0;               ///< wall time in moezip's handling of this layer
+    double ms_local = 0;         ///< of which computing here
+    double ms_wait = 0;          ///< of which waiting for workers after local work was done
+};
+
+/// One logits output.
+struct LogitsRecord {
+    uint64_t index = 0;   ///< graph ordinal among graphs that produced logits
+    int64_t n_vocab = 0;
+    int64_t rows = 0;     ///< logits rows in the output (tokens whose logits were requested)
+    uint64_t xxh3 = 0;    ///< XXH3-64 of the rows*n_vocab f32 values
+};
+
+/// Everything a run records. Owned by the session; guarded by its mutex.
+struct Evidence {
+    std::string ggml_version, ggml_commit, abi_status = "unchecked";
+    BackendVariant variant;
+    std::string config_path, mode;
+    uint64_t config_digest = 0;
+    std::map<int, ProviderEntry> provider_map;
+    std::map<int, LayerCounters> layers;
+    uint64_t graphs = 0;            ///< CPU graph computes seen
+    uint64_t moe_graphs = 0;        ///< of which with at least one MoE region
+    uint64_t sched_graphs = 0;      ///< graphs the engine's scheduler computed
+    uint64_t identity_passed = 0, identity_failed = 0;
+    uint64_t regions_handled = 0, regions_passthrough = 0;
+    std::vector<LogitsRecord> logits;
+    uint64_t logits_chain = 0;      ///< chain = XXH3_64(xxh3_i, seed = chain) over all outputs
+    std::vector<std::string> errors;  ///< first errors, capped
+    nlohmann::json workers = nlohmann::json::array();  ///< filled by the dispatcher
+
+    /// Adds one logits output to the list and the chain.
+    void add_logits(const float * data, int64_t n_vocab, int64_t rows);
+    /// Records an error message (the first 50 are kept; all are counted).
+    void add_error(const std::string & message);
+    uint64_t errors_total = 0;
+};
+
+/// The report as JSON. `complete` is false for periodic flushes, true for the final write.
+nlohmann::json evidence_to_json(const Evidence & ev, bool complete);
+/// Writes JSON to path atomically (tmp file + rename). Errors: io_error naming the path.
+Status report_write_atomic(const std::string & path, const nlohmann::json & j);
+/// 16 lowercase hex digits.
+std::string hex64(uint64_t v);
+
+} // namespace moezip

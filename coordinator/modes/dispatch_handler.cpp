@@ -1,0 +1,158 @@
+#include "coordinator/modes/dispatch_handler.h"
+
+#include "coordinator/base/log.h"
+#include "coordinator/modes/split.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace moezip {
+
+nlohmann::json DispatchHandler::workers_json() const {
+    nlohmann::json j = disp_.stats_json();
+    if (shadow_calls_ > 0) {
+        j.push_back({{"shadow", {{"calls", shadow_calls_}, {"max_abs_err", shadow_max_abs_}, {"min_cosine", shadow_min_cos_}}}});
+    }
+    return j;
+}
+
+void DispatchHandler::gather_inputs(const MoeRegion & r) {
+    const int64_t n = r.n_tokens, E = r.n_embd;
+    region_gather_routing(r, ids_, weights_);
+    hidden_.resize((size_t) (n * E));
+    for (int64_t t = 0; t < n; ++t) memcpy(&hidden_[t * E], region_hidden_row(r, t), E * sizeof(float));
+}
+
+void DispatchHandler::shadow_check(const MoeRegion & r) {
+    const int64_t n = r.n_tokens, E = r.n_embd;
+    std::vector<float> saved_slots;
+    saved_slots.swap(slots_);
+    shadow_out_.resize((size_t) (n * E));
+    std::vector<float> out_copy(static_cast<float *>(r.out->data), static_cast<float *>(r.out->data) + n * E);
+    if (!compute_rows_here(r, 0, n)) { slots_.swap(saved_slots); return; }
+    // compute_rows_here wrote the exact result into r.out: compare, then put the partial result back
+    memcpy(shadow_out_.data(), r.out->data, n * E * sizeof(float));
+    memcpy(r.out->data, out_copy.data(), n * E * sizeof(float));
+    double dot = 0, na = 0, nb = 0, max_abs = 0;
+    for (int64_t i = 0; i < n * E; ++i) {
+        double a = out_copy[i], b = shadow_out_[i];
+        dot += a * b; na += a * a; nb += b * b;
+        max_abs = std::max(max_abs, std::fabs(a - b));
+    }
+    double cos = (na > 0 && nb > 0) ? dot / std::sqrt(na * nb) : 1.0;
+    ++shadow_calls_;
+    shadow_max_abs_ = std::max(shadow_max_abs_, max_abs);
+    shadow_min_cos_ = std::min(shadow_min_cos_, cos);
+    slots_.swap(saved_slots);
+}
+
+MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply) {
+    MsgHeader h = msg_header_make(MsgKind::compute);
+    h.request_id = disp_.next_request_id();
+    h.layer = r.il;
+    h.n_embd = (int32_t) r.n_embd;
+    h.n_ff = (int32_t) r.n_ff;
+    h.n_used = (int32_t) r.n_used;
+    h.n_rows = (int32_t) n_rows;
+    h.reply = static_cast<uint16_t>(reply);
+    h.glu_op = (uint32_t) r.glu_op;
+    return h;
+}
+
+Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {
+    return compute_rows_into(r, region_expert_weights(r), first, count, static_cast<float *>(r.out->data) + first * r.n_embd);
+}
+
+Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeights & w, int64_t first, int64_t count, float * out) {
+    if (count == 0) return Status::ok();
+    const int64_t k = r.n_used, E = r.n_embd;
+    SlotBatch b;
+    b.n_rows = count;
+    b.k = k;
+    b.hidden = &hidden_[first * E];
+    b.hidden_stride = E * sizeof(float);
+    b.ids = ids_.data() + first * k;
+    b.weights = weights_.data() + first * k;
+    slots_.resize((size_t) (E * k * count));
+    MoeBuffers bufs;
+    const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
+    Status st = disp_.executor().compute_slots(w, b, slots_.data(), in_engine ? &bufs : nullptr);
+    if (st) moe_sum_slots(slots_.data(), E, k, count, out);
+    return st;
+}
+
+Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    auto t0 = std::chrono::steady_clock::now();
+    gather_inputs(r);
+    if (n < cfg_.rows.min_rows || disp_.n_workers() == 0) {
+        Status st = compute_rows_here(r, 0, n);
+        c.local_rows += n;
+        c.local_slots += n * k;
+        c.ms_local += ms_between(t0, std::chrono::steady_clock::now());
+        return st;
+    }
+    std::vector<double> shares = {cfg_.rows.local_share};
+    for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
+    std::vector<RowBlock> blocks = split_rows(n, shares);
+
+    // 1. requests out first, so the workers compute while this host does its own rows
+    std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id
+    std::vector<size_t> here;                          // workers whose rows this host computes
+    for (size_t w = 0; w < disp_.n_workers(); ++w) {
+        const RowBlock & b = blocks[w + 1];
+        if (b.count == 0) continue;
+        if (!disp_.usable(w, r)) { here.push_back(w); continue; }
+        MsgHeader h = request_header(r, b.count, ReplyKind::row_sums);
+        h.row_offset = (int32_t) b.first;
+        Status st = disp_.link(w).send(h, {{WireType::f32, {&hidden_[b.first * E], (size_t) (b.count * E) * sizeof(float)}},
+                                           {WireType::i32, {&ids_[b.first * k], (size_t) (b.count * k) * sizeof(int32_t)}},
+                                           {WireType::f32, {&weights_[b.first * k], (size_t) (b.count * k) * sizeof(float)}}},
+                                       disp_.fault_corrupt_request());
+        if (!st) { disp_.mark_failed(w, st); here.push_back(w); continue; }
+        pending.push_back({w, h.request_id});
+    }
+    if (!pending.empty()) disp_.let_io_thread_send();
+    // 2. this host's rows
+    Status st = compute_rows_here(r, blocks[0].first, blocks[0].count);
+    if (!st) return st;
+    c.local_rows += blocks[0].count;
+    c.local_slots += blocks[0].count * k;
+    auto t_local = std::chrono::steady_clock::now();
+    c.ms_local += ms_between(t0, t_local);
+    // 3. results land in their original row positions
+    float * out = static_cast<float *>(r.out->data);
+    for (auto & p : pending) {
+        const RowBlock & b = blocks[p.first + 1];
+        WorkerLink & link = disp_.link(p.first);
+        MsgHeader rh;
+        zmq::message_t data;
+        Status rs = link.recv(p.second, rh, data);
+        if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||
+                   data.size() != (size_t) (b.count * E) * sizeof(float)))
+            rs = Status::corruption(link.endpoint() + ": result does not match the request");
+        if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
+        memcpy(out + b.first * E, data.data(), data.size());
+        link.stats().rows += b.count;
+        link.stats().pairs += b.count * k;
+        c.remote_rows += b.count;
+        c.remote_slots += b.count * k;
+    }
+    c.ms_wait += ms_between(t_local, std::chrono::steady_clock::now());
+    // 4. a failed worker's rows: here, or stop
+    for (size_t w : here) {
+        const RowBlock & b = blocks[w + 1];
+        if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
+            return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
+        st = compute_rows_here(r, b.first, b.count);
+        if (!st) return st;
+        disp_.count_fallback(w);
+        c.fallbacks += 1;
+        c.local_rows += b.count;
+        c.local_slots += b.count * k;
+    }
+    return Status::ok();
+}
+
+} // namespace moezip

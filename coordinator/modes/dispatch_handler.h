@@ -1,0 +1,116 @@
+// moezip: the distributing region handlers.
+//
+// rows    — a region's token rows are split by share between this host and the workers; each host
+//           computes whole rows (all their slots, slot-order sum), so every row is bit-identical to
+//           the engine's. Regions with fewer than min_rows rows (decode) are computed here.
+// experts — each host owns a set of experts; a worker receives only the rows that selected one of
+//           its experts, with those slots' ids and weights (other slots -1). combine = "exact": it
+//           returns weighted per-slot outputs and this host adds all slots in slot order (the
+//           engine's order, bit-identical); combine = "partial": it returns per-row partial sums
+//           (fewer bytes, not bit-identical; shadow_every = N recomputes every Nth call here and
+//           records max-abs error and cosine). Decode (1 row) is distributed too.
+// shard   — each host owns a slice of every expert's n_ff (whole quantization blocks of the down
+//           weights); every host gets every row and returns per-row partial sums over its slice,
+//           which this host adds in slice order. Not bit-identical to one node (the n_ff dot products
+//           of down are split into partial sums): shadow_every = N measures the difference.
+// In both, requests go out before the local part is computed (overlap), and a failed worker's part
+// is computed here (on_worker_error = "local") or the compute fails ("abort").
+#pragma once
+
+#include "coordinator/dispatch/dispatcher.h"
+#include "coordinator/modes/region_handler.h"
+#include "coordinator/modes/split.h"
+
+#include <array>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace moezip {
+
+/// Base: owns the dispatcher, the local executor and the report of workers.
+class DispatchHandler : public RegionHandler {
+public:
+    DispatchHandler(const Config & cfg, const GgmlApi & api, EngineIdentity self)
+        : cfg_(cfg), disp_(cfg, api, std::move(self)) {}
+    void set_threads(int n_threads) override { disp_.executor().set_threads(n_threads); }
+    void shutdown() override { disp_.shutdown(); }
+    nlohmann::json workers_json() const override;
+    std::vector<std::string> take_errors() override { return disp_.take_errors(); }
+
+protected:
+    /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
+    Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
+    /// The same with weights `w` (e.g. an n_ff slice) and the slot-order sums written to out
+    /// [n_embd, count] instead of r.out.
+    Status compute_rows_into(const MoeRegion & r, const ExpertWeights & w, int64_t first, int64_t count, float * out);
+    /// Copies the region's input into hidden_ (contiguous [n_embd, n_rows]) and its routing into
+    /// ids_/weights_. Done first, before anything is written to r.out: the engine's allocator may
+    /// place ffn_moe_out in the memory of the input (dead in the engine's order once up/gate ran),
+    /// so the engine's input cannot be read after the output has been written.
+    void gather_inputs(const MoeRegion & r);
+    /// A compute request's header for region r: a new request id, the layer's dims, n_rows rows,
+    /// the reply kind and the layer's activation. Frames are set by WorkerLink::send.
+    MsgHeader request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply);
+    /// Recomputes the whole region here (exact, slot order) and records the largest absolute
+    /// difference and the smallest cosine against what r.out holds now; r.out is left unchanged.
+    /// For combines that are not bit-identical (experts partial, shard).
+    void shadow_check(const MoeRegion & r);
+
+    const Config & cfg_;
+    Dispatcher disp_;
+    std::vector<int32_t> ids_;
+    std::vector<float> weights_;
+    std::vector<float> hidden_;
+    std::vector<float> slots_;
+    // shadow checks of the combines that are not bit-identical
+    std::vector<float> shadow_out_;
+    uint64_t shadow_calls_ = 0;
+    double shadow_max_abs_ = 0, shadow_min_cos_ = 1;
+};
+
+class RowsHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+};
+
+class ShardHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+
+private:
+    std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
+    std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
+    uint64_t calls_ = 0;
+};
+
+class ExpertsHandler : public DispatchHandler {
+public:
+    using DispatchHandler::DispatchHandler;
+    Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// {"release_unowned", "advised_bytes" (given to madvise), "rss_dropped_bytes" (VmRSS decrease
+    /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
+    /// "not_released"}.
+    nlohmann::json memory_json() const override;
+
+private:
+    struct Part;  // one worker's request of one call
+    Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
+    Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
+    /// Once per (layer, worker), after worker w served layer r.il: drop this host's pages of the
+    /// experts w owns in that layer (coordinator/modes/weight_release.h).
+    void release_unowned(const MoeRegion & r, size_t w);
+    std::vector<int> owners_;
+    uint64_t partial_calls_ = 0;
+    std::vector<float> pair_hidden_, pair_weights_, pair_out_;
+    std::vector<int32_t> pair_ids_;
+    std::set<std::pair<int, size_t>> released_;  // (layer, worker) pairs already handled
+    uint64_t advised_bytes_ = 0, released_parts_ = 0;  // bytes given to madvise (resident or not); (layer, worker) pairs
+    uint64_t rss_dropped_bytes_ = 0;                    // VmRSS decrease measured across those madvise calls
+    std::string not_released_;                    // why memory was kept (first reason)
+};
+
+} // namespace moezip

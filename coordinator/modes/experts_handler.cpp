@@ -1,0 +1,217 @@
+#include "coordinator/modes/dispatch_handler.h"
+
+#include "coordinator/base/log.h"
+#include "coordinator/modes/split.h"
+#include "coordinator/modes/weight_release.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace moezip {
+
+/// One worker's share of one call: the rows that selected any of its experts, sent once each.
+struct ExpertsHandler::Part {
+    std::vector<int64_t> rows;                       // region row of each sent row
+    std::vector<std::pair<int64_t, int64_t>> pairs;  // (row, slot) it computes, in (row, slot) order
+    std::vector<float> hidden;                       // [n_embd, rows]
+    std::vector<int32_t> ids;                        // [n_used, rows], -1 = not this worker's slot
+    std::vector<float> weights;                      // [n_used, rows]
+    uint64_t request_id = 0;
+    bool sent = false, done = false;
+    zmq::message_t result;                           // slots [n_embd, pairs] or row sums [n_embd, rows]
+};
+
+Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
+    if (pairs.empty()) return Status::ok();
+    const int64_t E = r.n_embd, k = r.n_used, P = (int64_t) pairs.size();
+    pair_hidden_.resize((size_t) (E * P));
+    pair_ids_.resize((size_t) P);
+    pair_weights_.resize((size_t) P);
+    pair_out_.resize((size_t) (E * P));
+    for (int64_t p = 0; p < P; ++p) {
+        int64_t t = pairs[p].first, s = pairs[p].second;
+        memcpy(&pair_hidden_[p * E], &hidden_[t * E], E * sizeof(float));
+        pair_ids_[p] = ids_[t * k + s];
+        pair_weights_[p] = weights_[t * k + s];
+    }
+    // one slot per "row": each (row, slot) pair is computed exactly as in the engine's batch
+    SlotBatch b;
+    b.n_rows = P;
+    b.k = 1;
+    b.hidden = pair_hidden_.data();
+    b.hidden_stride = E * sizeof(float);
+    b.ids = pair_ids_.data();
+    b.weights = pair_weights_.data();
+    MoeBuffers bufs;  // intermediates in the region's node memory; results go to our own pair_out_
+    const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
+    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, pair_out_.data(), in_engine ? &bufs : nullptr);
+    if (!st) return st;
+    for (int64_t p = 0; p < P; ++p)
+        memcpy(&slots_[(pairs[p].first * k + pairs[p].second) * E], &pair_out_[p * E], E * sizeof(float));
+    return Status::ok();
+}
+
+Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    const bool exact = cfg_.experts.combine == ExpertCombine::exact;
+    auto t0 = std::chrono::steady_clock::now();
+    if ((int64_t) owners_.size() != r.n_expert) {
+        Status cov = config_check_expert_coverage(cfg_, (int) r.n_expert);
+        if (!cov) return cov;
+        owners_ = expert_owners(cfg_, (int) r.n_expert);
+    }
+    gather_inputs(r);
+    slots_.assign((size_t) (E * k * n), 0.0f);
+
+    // 1. build and send each worker's part (only rows that selected its experts)
+    std::vector<Part> parts(disp_.n_workers());
+    std::vector<std::pair<int64_t, int64_t>> local_pairs;
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t s = 0; s < k; ++s) {
+            int owner = owners_[ids_[t * k + s]];
+            if (owner < 0) { local_pairs.push_back({t, s}); continue; }
+            Part & p = parts[owner];
+            if (p.rows.empty() || p.rows.back() != t) {
+                p.rows.push_back(t);
+                p.hidden.insert(p.hidden.end(), &hidden_[t * E], &hidden_[t * E] + E);
+                p.ids.insert(p.ids.end(), k, -1);
+                p.weights.insert(p.weights.end(), k, 0.0f);
+            }
+            p.ids[(p.rows.size() - 1) * k + s] = ids_[t * k + s];
+            p.weights[(p.rows.size() - 1) * k + s] = weights_[t * k + s];
+            p.pairs.push_back({t, s});
+        }
+    }
+    for (size_t w = 0; w < parts.size(); ++w) {
+        Part & p = parts[w];
+        if (p.rows.empty() || !disp_.usable(w, r)) continue;
+        MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact ? ReplyKind::slots : ReplyKind::row_sums);
+        p.request_id = h.request_id;
+        Status st = disp_.link(w).send(h, {{WireType::f32, {p.hidden.data(), p.hidden.size() * sizeof(float)}},
+                                           {WireType::i32, {p.ids.data(), p.ids.size() * sizeof(int32_t)}},
+                                           {WireType::f32, {p.weights.data(), p.weights.size() * sizeof(float)}}},
+                                       disp_.fault_corrupt_request());
+        if (!st) disp_.mark_failed(w, st); else p.sent = true;
+    }
+    if (std::any_of(parts.begin(), parts.end(), [](const Part & p) { return p.sent; })) disp_.let_io_thread_send();
+    // 2. this host's experts, while the workers compute theirs
+    Status st = compute_pairs_here(r, local_pairs);
+    if (!st) return st;
+    c.local_slots += local_pairs.size();
+    for (size_t i = 0; i < local_pairs.size(); ++i)  // rows with at least one slot computed here
+        if (i == 0 || local_pairs[i].first != local_pairs[i - 1].first) ++c.local_rows;
+    auto t_local = std::chrono::steady_clock::now();
+    c.ms_local += ms_between(t0, t_local);
+
+    // 3. collect; a failed part is computed here or stops the compute
+    for (size_t w = 0; w < parts.size(); ++w) {
+        Part & p = parts[w];
+        if (p.rows.empty()) continue;
+        if (p.sent) {
+            WorkerLink & link = disp_.link(w);
+            MsgHeader rh;
+            Status rs = link.recv(p.request_id, rh, p.result);
+            size_t expect = (size_t) (E * (exact ? (int64_t) p.pairs.size() : (int64_t) p.rows.size())) * sizeof(float);
+            if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || p.result.size() != expect ||
+                       (exact && rh.n_pairs != (int32_t) p.pairs.size())))
+                rs = Status::corruption(link.endpoint() + ": result does not match the request");
+            if (rs) {
+                p.done = true;
+                if (!released_.count({r.il, w})) release_unowned(r, w);
+                link.stats().rows += p.rows.size();
+                link.stats().pairs += p.pairs.size();
+                c.remote_rows += p.rows.size();
+                c.remote_slots += p.pairs.size();
+                if (exact) {
+                    // libzmq may hand large frames back at addresses not aligned for float: copy bytes
+                    const char * res = static_cast<const char *>(p.result.data());
+                    for (size_t q = 0; q < p.pairs.size(); ++q)
+                        memcpy(&slots_[(p.pairs[q].first * k + p.pairs[q].second) * E], res + q * E * sizeof(float), E * sizeof(float));
+                }
+                continue;
+            }
+            disp_.mark_failed(w, rs);
+        }
+        if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
+            return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
+        st = compute_pairs_here(r, p.pairs);
+        if (!st) return st;
+        released_.erase({r.il, w});  // the fallback faulted them back in: drop them again when w serves again
+        disp_.count_fallback(w);
+        c.fallbacks += 1;
+        c.local_slots += p.pairs.size();
+    }
+    c.ms_wait += ms_between(t_local, std::chrono::steady_clock::now());
+
+    // 4. combine
+    float * out = static_cast<float *>(r.out->data);
+    if (exact) {
+        moe_sum_slots(slots_.data(), E, k, n, out);  // every slot in slot order: the engine's ADD chain
+        return Status::ok();
+    }
+    return merge_partial(r, parts);
+}
+
+Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & parts) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    float * out = static_cast<float *>(r.out->data);
+    // slots computed here (own experts and fallbacks) in slot order, then each worker's partial sum
+    std::vector<uint8_t> remote((size_t) (n * k), 0);
+    for (const Part & p : parts)
+        if (p.done)
+            for (const auto & q : p.pairs) remote[q.first * k + q.second] = 1;
+    memset(out, 0, n * E * sizeof(float));
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t s = 0; s < k; ++s)
+            if (!remote[t * k + s])
+                for (int64_t j = 0; j < E; ++j) out[t * E + j] += slots_[(t * k + s) * E + j];
+    std::vector<float> row((size_t) E);
+    for (const Part & p : parts) {
+        if (!p.done) continue;
+        const char * res = static_cast<const char *>(p.result.data());  // possibly unaligned (libzmq)
+        for (size_t i = 0; i < p.rows.size(); ++i) {
+            memcpy(row.data(), res + i * E * sizeof(float), E * sizeof(float));
+            for (int64_t j = 0; j < E; ++j) out[p.rows[i] * E + j] += row[j];
+        }
+    }
+    if (cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0) shadow_check(r);
+    return Status::ok();
+}
+
+void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
+    released_.insert({r.il, w});
+    if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
+    not_released_ = config_why_experts_resident(cfg_);
+    if (!not_released_.empty()) {
+        LOG_INFO("keeping the experts workers own resident here: %s", not_released_.c_str());
+        return;
+    }
+    std::vector<int> experts;
+    for (size_t e = 0; e < owners_.size(); ++e)
+        if (owners_[e] == (int) w) experts.push_back((int) e);
+    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    const int64_t rss_before = proc_status_kib("VmRSS");
+    for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {
+        Status st = release_expert_slices(t, experts, maps, advised_bytes_);
+        if (!st) {
+            not_released_ = st.message();
+            LOG_INFO("keeping the experts workers own resident here: %s", st.message().c_str());
+            return;
+        }
+    }
+    ++released_parts_;
+    const int64_t rss_after = proc_status_kib("VmRSS");
+    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
+}
+
+nlohmann::json ExpertsHandler::memory_json() const {
+    nlohmann::json j = {{"release_unowned", cfg_.experts.release_unowned}, {"advised_bytes", advised_bytes_},
+                        {"rss_dropped_bytes", rss_dropped_bytes_},
+                        {"released_parts", released_parts_}};
+    if (!not_released_.empty()) j["not_released"] = not_released_;
+    return j;
+}
+
+} // namespace moezip

@@ -1,0 +1,57 @@
+#include "coordinator/modes/region_handler.h"
+
+namespace moezip {
+
+void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights) {
+    const int64_t k = r.n_used, n = r.n_tokens;
+    ids.resize(k * n);
+    weights.resize(k * n);
+    const char * ib = static_cast<const char *>(r.ids->data);
+    const char * wb = static_cast<const char *>(r.weights->data);
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t s = 0; s < k; ++s) {
+            ids[t * k + s] = *reinterpret_cast<const int32_t *>(ib + s * r.ids->nb[0] + t * r.ids->nb[1]);
+            // weights: [1, n_used, n_tokens]
+            weights[t * k + s] = *reinterpret_cast<const float *>(wb + s * r.weights->nb[1] + t * r.weights->nb[2]);
+        }
+    }
+}
+
+namespace {
+
+bool dense_f32(const ggml_tensor * t, int64_t ne0, int64_t ne1, int64_t ne2) {
+    return t != nullptr && t->data != nullptr && t->type == GGML_TYPE_F32 && t->ne[0] == ne0 && t->ne[1] == ne1 &&
+           t->ne[2] == ne2 && t->nb[0] == sizeof(float) && t->nb[1] == ne0 * sizeof(float) && t->nb[2] == ne0 * ne1 * sizeof(float);
+}
+
+} // namespace
+
+bool memory_overlaps(const void * a, size_t na, const void * b, size_t nb) {
+    const char * pa = static_cast<const char *>(a), * pb = static_cast<const char *>(b);
+    return pa < pb + nb && pb < pa + na;
+}
+
+bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_overlap) {
+    const int64_t n = r.n_tokens, k = r.n_used, ff = r.n_ff, E = r.n_embd;
+    if (!dense_f32(r.up, ff, k, n) || !dense_f32(r.gate, ff, k, n) || !dense_f32(r.act, ff, k, n) || !dense_f32(r.down, E, k, n) ||
+        !dense_f32(r.weighted, E, k, n) || r.out == nullptr || r.out->data == nullptr)
+        return false;
+    if (!out_may_overlap) {
+        const size_t out_bytes = (size_t) (E * n) * sizeof(float);
+        for (const ggml_tensor * t : {r.up, r.gate, r.act, r.down})
+            if (memory_overlaps(r.out->data, out_bytes, t->data, (size_t) (t->ne[0] * k * n) * sizeof(float))) return false;
+    }
+    b.up = r.up->data; b.gate = r.gate->data; b.act = r.act->data; b.down = r.down->data;
+    return true;
+}
+
+ExpertWeights region_expert_weights(const MoeRegion & r) {
+    ExpertWeights w;
+    w.gate_exps = r.gate_exps;
+    w.up_exps = r.up_exps;
+    w.down_exps = r.down_exps;
+    w.glu_op = r.glu_op;
+    return w;
+}
+
+} // namespace moezip

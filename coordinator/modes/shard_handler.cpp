@@ -1,0 +1,102 @@
+#include "coordinator/modes/dispatch_handler.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace moezip {
+
+namespace {
+
+// Units [slice.first, slice.first + slice.count) of every expert's n_ff.
+ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
+    ExpertWeights w = region_expert_weights(r);
+    w.ff_first = slice.first;
+    w.ff_count = slice.count;
+    return w;
+}
+
+} // namespace
+
+Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    auto t0 = std::chrono::steady_clock::now();
+    gather_inputs(r);
+    const int64_t block = disp_.api().ggml_blck_size(r.down_exps->type);
+    if (r.n_ff % block != 0)
+        return Status::unsupported("layer " + std::to_string(r.il) + ": n_ff " + std::to_string(r.n_ff) +
+                                   " is not a multiple of the down weights' block size " + std::to_string(block));
+    std::vector<double> shares = {cfg_.shard.local_share};
+    for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
+    const std::vector<RowBlock> slices = split_ff(r.n_ff, block, shares);
+    parts_.resize(slices.size());
+    ff_frames_.resize(disp_.n_workers());
+    for (auto & p : parts_) p.resize((size_t) (E * n));
+
+    // 1. every worker with a slice gets every row, and its slice as a fourth frame
+    std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id
+    std::vector<size_t> here;                          // workers whose slice this host computes
+    for (size_t w = 0; w < disp_.n_workers(); ++w) {
+        const RowBlock & s = slices[w + 1];
+        if (s.count == 0) continue;
+        if (!disp_.usable(w, r)) { here.push_back(w); continue; }
+        MsgHeader h = request_header(r, n, ReplyKind::row_sums);
+        ff_frames_[w] = {(int32_t) s.first, (int32_t) s.count};
+        Status st = disp_.link(w).send(h, {{WireType::f32, {hidden_.data(), hidden_.size() * sizeof(float)}},
+                                           {WireType::i32, {ids_.data(), ids_.size() * sizeof(int32_t)}},
+                                           {WireType::f32, {weights_.data(), weights_.size() * sizeof(float)}},
+                                           {WireType::i32, {ff_frames_[w].data(), sizeof(int32_t) * 2}}},
+                                       disp_.fault_corrupt_request());
+        if (!st) { disp_.mark_failed(w, st); here.push_back(w); continue; }
+        pending.push_back({w, h.request_id});
+    }
+    if (!pending.empty()) disp_.let_io_thread_send();
+    // 2. this host's slice, while the workers compute theirs
+    if (slices[0].count > 0) {
+        Status st = compute_rows_into(r, slice_weights(r, slices[0]), 0, n, parts_[0].data());
+        if (!st) return st;
+        c.local_rows += n;
+        c.local_slots += n * k;
+    }
+    auto t_local = std::chrono::steady_clock::now();
+    c.ms_local += ms_between(t0, t_local);
+    // 3. partial sums from the workers
+    for (auto & p : pending) {
+        WorkerLink & link = disp_.link(p.first);
+        MsgHeader rh;
+        zmq::message_t data;
+        Status rs = link.recv(p.second, rh, data);
+        if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))
+            rs = Status::corruption(link.endpoint() + ": result does not match the request");
+        if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
+        memcpy(parts_[p.first + 1].data(), data.data(), data.size());
+        link.stats().rows += n;
+        link.stats().pairs += n * k;
+        c.remote_rows += n;
+        c.remote_slots += n * k;
+    }
+    c.ms_wait += ms_between(t_local, std::chrono::steady_clock::now());
+    // 4. a failed worker's slice: here (the same bits the worker would have sent), or stop
+    for (size_t w : here) {
+        if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
+            return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
+        Status st = compute_rows_into(r, slice_weights(r, slices[w + 1]), 0, n, parts_[w + 1].data());
+        if (!st) return st;
+        disp_.count_fallback(w);
+        c.fallbacks += 1;
+        c.local_slots += n * k;
+    }
+    // 5. reduce in slice order, whoever computed each slice: the result does not depend on failures
+    float * out = static_cast<float *>(r.out->data);
+    bool first = true;
+    for (size_t i = 0; i < slices.size(); ++i) {
+        if (slices[i].count == 0) continue;
+        const float * p = parts_[i].data();
+        if (first) memcpy(out, p, (size_t) (E * n) * sizeof(float));
+        else for (int64_t j = 0; j < E * n; ++j) out[j] += p[j];
+        first = false;
+    }
+    if (cfg_.shard.shadow_every > 0 && ++calls_ % (uint64_t) cfg_.shard.shadow_every == 0) shadow_check(r);
+    return Status::ok();
+}
+
+} // namespace moezip

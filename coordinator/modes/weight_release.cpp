@@ -1,0 +1,129 @@
+#include "coordinator/modes/weight_release.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace moezip {
+
+std::vector<MemoryMapping> memory_mappings_parse(const std::string & text) {
+    std::vector<MemoryMapping> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        // begin-end perms offset dev inode [path]
+        uintmax_t b = 0, e = 0;
+        char perms[8] = {0};
+        int path_at = 0;
+        if (sscanf(line.c_str(), "%jx-%jx %7s %*s %*s %*s %n", &b, &e, perms, &path_at) < 3 || e <= b) continue;
+        MemoryMapping m;
+        m.begin = (uintptr_t) b;
+        m.end = (uintptr_t) e;
+        m.readable = perms[0] == 'r';
+        m.writable = perms[1] == 'w';
+        m.shared = perms[3] == 's';
+        if (path_at > 0 && (size_t) path_at <= line.size()) m.path = line.substr((size_t) path_at);
+        out.push_back(m);
+    }
+    return out;
+}
+
+Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void * p, size_t bytes, std::string & file) {
+    uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t end = at + bytes;
+    file.clear();
+    while (at < end) {
+        auto it = std::find_if(maps.begin(), maps.end(), [at](const MemoryMapping & m) { return m.begin <= at && at < m.end; });
+        if (it == maps.end()) return Status::unsupported("the weights are not in a mapping of this process");
+        if (it->path.empty() || it->path[0] != '/')
+            return Status::unsupported("the weights are in anonymous memory (" + (it->path.empty() ? std::string("no file") : it->path) +
+                                       "; the engine ran with --no-mmap?): releasing would discard the only copy");
+        if (it->writable) return Status::unsupported("the weights' mapping of " + it->path + " is writable: releasing could lose changes");
+        if (!file.empty() && file != it->path) return Status::unsupported("the weights span two files");
+        file = it->path;
+        at = it->end;
+    }
+    return Status::ok();
+}
+
+Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
+                             uint64_t & released) {
+    if (experts.empty()) return Status::ok();
+    const int64_t n_expert = t->ne[2];
+    const size_t slice = t->nb[2];
+    for (int e : experts)
+        if (e < 0 || e >= n_expert) return Status::invalid_argument("expert " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
+    std::string file;
+    Status st = file_backed_read_only(maps, t->data, slice * (size_t) n_expert, file);
+    if (!st) return Status::unsupported(std::string(t->name) + ": " + st.message());
+    std::sort(experts.begin(), experts.end());
+    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+    const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+    for (size_t i = 0; i < experts.size();) {
+        size_t j = i + 1;
+        while (j < experts.size() && experts[j] == experts[j - 1] + 1) ++j;  // a run of neighbouring experts
+        uintptr_t b = base + (uintptr_t) experts[i] * slice, e = base + (uintptr_t) (experts[j - 1] + 1) * slice;
+        b = (b + page - 1) / page * page;  // whole pages inside the run only
+        e = e / page * page;
+        if (e > b) {
+            if (madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED) != 0)
+                return Status::io_error(std::string(t->name) + ": madvise(MADV_DONTNEED) failed: " + strerror(errno) +
+                                        (errno == EINVAL ? " (mlock'ed weights cannot be released)" : ""));
+            released += e - b;
+        }
+        i = j;
+    }
+    return Status::ok();
+}
+
+ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorBytes> & tensors, const std::vector<int> & owners,
+                            uint64_t page) {
+    ModelMapPlan plan;
+    for (const ExpertTensorBytes & t : tensors) {
+        if (t.n_expert < 1 || t.bytes % (uint64_t) t.n_expert != 0) continue;  // not a slice-per-expert layout: keep all
+        const uint64_t slice = t.bytes / (uint64_t) t.n_expert;
+        for (int64_t e = 0; e < t.n_expert;) {
+            if (e >= (int64_t) owners.size() || owners[e] < 0) { ++e; continue; }
+            int64_t end = e;
+            while (end < t.n_expert && end < (int64_t) owners.size() && owners[end] >= 0) ++end;
+            uint64_t b = t.offset + (uint64_t) e * slice, f = t.offset + (uint64_t) end * slice;
+            b = (b + page - 1) / page * page;
+            f = std::min(f, file_bytes) / page * page;
+            if (f > b) plan.skip.push_back({b, f});
+            e = end;
+        }
+    }
+    std::sort(plan.skip.begin(), plan.skip.end());
+    uint64_t at = 0;
+    for (const auto & s : plan.skip) {
+        if (s.first > at) plan.populate.push_back({at, s.first});
+        at = std::max(at, s.second);
+    }
+    if (at < file_bytes) plan.populate.push_back({at, file_bytes});
+    return plan;
+}
+
+int64_t proc_status_kib(const char * key) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    const size_t n = strlen(key);
+    while (std::getline(in, line))
+        if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return strtoll(line.c_str() + n + 1, nullptr, 10);
+    return -1;
+}
+
+std::string proc_self_maps() {
+    std::ifstream in("/proc/self/maps");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+} // namespace moezip

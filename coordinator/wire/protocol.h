@@ -1,0 +1,105 @@
+// moezip wire protocol v1 (byte layout and rules: docs/protocol.md).
+//
+// Transport: ZeroMQ, coordinator DEALER -> worker ROUTER. Every message is multipart:
+//   frame 0: MsgHeader (128 bytes, little-endian, fixed layout pinned by static_asserts)
+//   frames 1..n_frames: data frames whose byte counts and XXH3-64 hashes the header carries.
+// The receiver recomputes every hash and rejects a message whose header or frames disagree.
+//
+// Kinds and their data frames:
+//   hello       coord -> worker  [0] JSON: {"protocol":1, "ggml_commit", "cpu_variant", "cpu_build_id"}
+//   hello_ok    worker -> coord  [0] JSON: the worker's identity (engine, model layers, experts served)
+//   compute     coord -> worker  [0] hidden  f32 [n_embd, n_rows]
+//                                [1] ids     i32 [n_used, n_rows]  (-1 = slot not for this worker)
+//                                [2] weights f32 [n_used, n_rows]
+//   result      worker -> coord  reply = slots:    [0] f32 [n_embd, n_pairs]: weighted output of every
+//                                                  slot with id >= 0, in (row, slot) order
+//                                reply = row_sums: [0] f32 [n_embd, n_rows]: per row, the slot-order sum
+//                                                  of its slots (rows mode: the whole ffn_moe_out row)
+//   error       worker -> coord  [0] UTF-8 message; header.status = ErrorCode
+//   ping/pong   liveness, no frames
+#pragma once
+
+#include "coordinator/base/status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace moezip {
+
+constexpr uint32_t kProtocolMagic = 0x505a454du;  // "MEZP" as little-endian bytes 'M','E','Z','P'
+constexpr uint16_t kProtocolVersion = 1;
+constexpr int kMaxDataFrames = 4;
+/// Upper bounds a worker enforces before allocating anything (oversized counts are errors).
+constexpr int32_t kMaxRows = 1 << 20;
+constexpr int32_t kMaxEmbd = 1 << 16;
+constexpr int32_t kMaxUsed = 256;
+
+enum class MsgKind : uint16_t { hello = 1, hello_ok = 2, compute = 3, result = 4, error = 5, ping = 6, pong = 7 };
+enum class ReplyKind : uint16_t { slots = 1, row_sums = 2 };
+/// Wire dtypes (values of enum ggml_type for the ones used).
+enum class WireType : uint8_t { f32 = 0, i32 = 26, none = 255 };
+
+/// Error codes carried in MsgHeader::status of an error reply.
+enum class ErrorCode : int32_t {
+    ok = 0,
+    bad_magic = 1,        ///< not a moezip message
+    bad_version = 2,      ///< protocol version not spoken
+    bad_kind = 3,         ///< unknown or unexpected kind
+    bad_frames = 4,       ///< frame count or sizes disagree with the header
+    bad_hash = 5,         ///< a frame's XXH3-64 does not match
+    bad_shape = 6,        ///< dims disagree with the worker's model, or oversized counts
+    bad_expert = 7,       ///< expert id out of range or not served by this worker
+    bad_layer = 8,        ///< layer not in the model or not a MoE layer
+    compute_failed = 9,   ///< ggml compute failed
+};
+
+/// Frame 0 of every message. 128 bytes, little-endian, no implicit padding.
+struct MsgHeader {
+    uint32_t magic;              ///< kProtocolMagic
+    uint16_t version;            ///< kProtocolVersion
+    uint16_t kind;               ///< MsgKind
+    uint64_t request_id;         ///< chosen by the coordinator, echoed in the reply
+    int32_t layer;               ///< il of the MoE layer (compute/result)
+    int32_t n_embd;              ///< hidden size
+    int32_t n_ff;                ///< expert FFN size (checked against the worker's model)
+    int32_t n_used;              ///< slots per row (n_expert_used)
+    int32_t n_rows;              ///< rows in this message
+    int32_t row_offset;          ///< first row's index in the coordinator's region (for the report)
+    int32_t n_pairs;             ///< result/slots: number of (row, slot) outputs
+    int32_t status;              ///< ErrorCode in error replies, else 0
+    uint16_t reply;              ///< ReplyKind requested/returned
+    uint8_t dtype[kMaxDataFrames];  ///< WireType of each data frame
+    uint16_t n_frames;           ///< data frames that follow (0..kMaxDataFrames)
+    uint32_t glu_op;             ///< compute: enum ggml_glu_op of the layer's activation (value of ggml.h's enum)
+    uint32_t service_us;         ///< result: the worker's time on the request, receipt to reply ready (hash checks,
+                                 ///< validation, compute), µs, saturating; 0 in other kinds. RTT - service = transfer
+                                 ///< and queueing. (Was `reserved`, always 0: older peers read 0.)
+    uint64_t frame_bytes[kMaxDataFrames];  ///< byte count of each data frame
+    uint64_t frame_xxh3[kMaxDataFrames];   ///< XXH3-64 of each data frame
+};
+static_assert(sizeof(MsgHeader) == 128, "MsgHeader is 128 bytes on the wire");
+static_assert(offsetof(MsgHeader, request_id) == 8, "wire layout");
+static_assert(offsetof(MsgHeader, reply) == 48, "wire layout");
+static_assert(offsetof(MsgHeader, service_us) == 60, "wire layout");
+static_assert(offsetof(MsgHeader, frame_bytes) == 64, "wire layout");
+static_assert(offsetof(MsgHeader, frame_xxh3) == 96, "wire layout");
+
+/// A header with magic, version and kind set, everything else zero.
+MsgHeader msg_header_make(MsgKind kind);
+
+/// Sets frame i's dtype, byte count and XXH3-64 from its bytes; updates n_frames.
+void msg_header_set_frame(MsgHeader & h, int i, WireType dtype, const void * data, size_t bytes);
+
+/// Checks frame 0 as received (`bytes` = its size) before anything else is read:
+/// size, magic, version, kind known. Errors carry the ErrorCode in `code`.
+Status msg_header_parse(const void * data, size_t bytes, MsgHeader & out, ErrorCode & code);
+
+/// Checks that `n` data frames were received with the sizes and hashes the header announces.
+/// `frames[i]`/`sizes[i]` are the received frames. Errors: bad_frames or bad_hash in `code`.
+Status msg_frames_verify(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, ErrorCode & code);
+
+const char * msg_kind_name(uint16_t kind);
+const char * error_code_name(ErrorCode code);
+
+} // namespace moezip
