@@ -180,11 +180,18 @@ TEST(Distributed, UpcycledRealModelOverTcpEqualsSingleNode) {
     EXPECT_EQ(load_json(c.dir + "/experts.json")["provider_map"].size(), 5u);  // all 5 layers of stories260K
     std::string rows = "require_intercept = true\nmode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
                        c.workers[0]->endpoint() + "\"\nshare = 0.5\n";
-    // a worker serving half the experts cannot take whole rows: it is refused, and require_intercept fails the run
+    // a worker serving half the experts cannot take whole rows: it is refused, and require_intercept
+    // fails the request that needed it (llama_decode fails) and the run
     CommandResult refused = run_host(c.dir, "rows_refused", model, rows, prompt);
     EXPECT_EQ(refused.exit_code, 4) << refused.err;
     EXPECT_NE(refused.err.find("does not serve expert 4"), std::string::npos) << refused.err;
-    expect_same_logits(c.dir, "single", "rows_refused");  // and still the correct output
+    EXPECT_NE(refused.err.find("moezip-run: error"), std::string::npos) << "the decode must fail: " << refused.err;
+    // without require_intercept the refused worker's rows are computed here: the correct output, counted
+    std::string rows_local = rows.substr(rows.find('\n') + 1);
+    CommandResult local = run_host(c.dir, "rows_refused_local", model, rows_local, prompt);
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    expect_same_logits(c.dir, "single", "rows_refused_local");
+    EXPECT_GT(sum_layers(load_json(c.dir + "/rows_refused_local.json"), "fallbacks"), 0u);
 }
 
 TEST(Distributed, CorruptedFrameIsDetectedAndComputedHereWithPolicyLocal) {

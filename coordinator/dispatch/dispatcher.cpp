@@ -44,7 +44,7 @@ Status Dispatcher::hello(Worker & w) {
     w.said_hello = false;
     w.instance = 0;
     w.link->set_instance(0);
-    w.layers_ok.clear();
+    w.plans_ok.clear();
     // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
     // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
     w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
@@ -151,7 +151,7 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
 
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    if (!w.refused.empty() || w.layers_refused.count(r.il)) return false;
+    if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     if (!w.said_hello) {
@@ -173,15 +173,15 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.backoff_ms = 0;
         w.logged_down = false;
     }
-    if (!w.layers_ok.count(r.il)) {
+    if (!w.plans_ok.count(r.plan_id)) {
         Status st = check_layer(w, r);
         if (!st) {
-            w.layers_refused[r.il] = st.message();
+            w.plans_refused[r.plan_id] = st.message();
             LOG_ERROR("%s", st.message().c_str());
             if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             return false;
         }
-        w.layers_ok.insert(r.il);
+        w.plans_ok.insert(r.plan_id);
     }
     return true;
 }
@@ -189,7 +189,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
 void Dispatcher::mark_failed(size_t wi, const Status & why) {
     Worker & w = workers_[wi];
     w.said_hello = false;  // probe with a fresh hello (and every per-layer check) before any compute
-    w.layers_ok.clear();
+    w.plans_ok.clear();
     if (w.link) w.link->reset();
     ++w.failures;
     w.last_failure = why.message();
@@ -212,11 +212,12 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     }
 }
 
-void Dispatcher::model_epoch_changed() {
-    for (Worker & w : workers_) {
-        w.layers_ok.clear();
-        w.layers_refused.clear();
-    }
+void Dispatcher::forget_plans(const std::vector<uint64_t> & plans) {
+    for (Worker & w : workers_)
+        for (uint64_t p : plans) {
+            w.plans_ok.erase(p);
+            w.plans_refused.erase(p);
+        }
 }
 
 static double percentile(std::vector<float> v, double p) {
@@ -235,10 +236,10 @@ nlohmann::json Dispatcher::stats_json() const {
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
         j["reverifications"] = w.reverifications;
-        if (!w.layers_refused.empty()) {
+        if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
-            for (const auto & kv : w.layers_refused) lr[std::to_string(kv.first)] = kv.second;
-            j["layers_refused"] = lr;
+            for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;
+            j["plans_refused"] = lr;  // plan id -> why (the message names the layer)
         }
         if (w.link) {
             const WorkerStats & s = w.link->stats();
