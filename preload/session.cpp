@@ -296,19 +296,36 @@ void sample_rss(Session & s) {
     s.rss_graph_max_kib = std::max(s.rss_graph_max_kib, s.rss_graph_last_kib);
 }
 
-// When no graph ever reached the hooks: the engine's calls may be bound past them (a libllama
-// loaded with RTLD_DEEPBIND resolves ggml in its own dependencies first). "" when not, else why.
-std::string hooks_bypassed() {
-    const std::string self = object_path_of(reinterpret_cast<const void *>(&hooks_bypassed));
-    const struct { const char * object; const char * symbol; } imports[] = {
-        {"libllama", "ggml_backend_sched_graph_compute_async"}, {"libggml-cpu", "ggml_graph_compute"}};
-    for (const auto & imp : imports) {
+// The engine's calls moezip interposes, and where each is bound now (read from the caller's GOT):
+// "moezip", "not bound yet" (lazy binding, never called), or the object it bypasses us to. A
+// libllama loaded with RTLD_DEEPBIND binds ggml in its own dependencies first.
+struct HookImport {
+    const char * object;
+    const char * symbol;
+    const char * lost;  // what moezip cannot do when this call bypasses it
+};
+constexpr HookImport kHookImports[] = {
+    {"libggml-cpu", "ggml_graph_compute", "no graph can be intercepted"},
+    {"libllama", "ggml_backend_sched_graph_compute_async", "logits are not told apart by context"},
+    {"libllama", "ggml_backend_buffer_free", "a freed model is not seen: weights that replace it at the same address are told "
+                                             "apart by their content canary only"},
+};
+
+nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
+    const std::string self = object_path_of(reinterpret_cast<const void *>(&hook_bindings));
+    nlohmann::json j = nlohmann::json::object();
+    for (const HookImport & imp : kHookImports) {
         const std::string bound = import_bound_to(imp.object, imp.symbol);
-        if (!bound.empty() && bound != self)
-            return std::string(imp.object) + " calls " + imp.symbol + " in " + bound + ", not in moezip's preload " + self +
-                   " (loaded with RTLD_DEEPBIND, or linked so that it binds its own symbols): nothing could be intercepted";
+        const std::string key = std::string(imp.object) + ":" + imp.symbol;
+        if (bound.empty()) j[key] = "not bound yet";
+        else if (bound == self) j[key] = "moezip";
+        else {
+            j[key] = "bypassed: bound to " + bound;
+            bypassed.push_back(std::string(imp.object) + " calls " + imp.symbol + " in " + bound + ", not in moezip's preload (" +
+                               imp.lost + "; loaded with RTLD_DEEPBIND?)");
+        }
     }
-    return "";
+    return j;
 }
 
 void at_exit() {
@@ -316,10 +333,12 @@ void at_exit() {
     if (getpid() != s.pid && s.pid != 0) return;
     s.exiting = true;
     transport_stop_waiting();  // a thread waiting for a worker gives up now, not after timeout_ms
+    std::vector<std::string> bypassed;
+    nlohmann::json bindings = hook_bindings(bypassed);
     if (s.state == State::uninit) {
         // Not one graph reached the hooks. Quiet unless the engine's calls are bound past them.
-        const std::string why = hooks_bypassed();
-        if (why.empty()) return;
+        if (bypassed.empty()) return;
+        const std::string why = bypassed[0] + ": nothing could be intercepted";
         {
             std::lock_guard<std::mutex> lock(s.init_mu);
             read_config_locked(s);
@@ -334,9 +353,12 @@ void at_exit() {
         LOG_ERROR("moezip was configured (mode %s) but intercepted nothing: %s", s.ev.mode.c_str(), why.c_str());
     }
     std::string failure = intercept_failure(s);
-    if (!failure.empty()) {
+    {
         std::lock_guard<std::mutex> lock(s.ev_mu);
-        s.ev.add_error("require_intercept: " + failure);
+        if (!failure.empty()) s.ev.add_error("require_intercept: " + failure);
+        s.ev.hook_bindings = bindings;
+        for (const std::string & b : bypassed)
+            if (s.state == State::active) LOG_WARN("%s", b.c_str());
     }
     if (s.state != State::inert) write_report(s, true);
     if (s.runner) s.runner->shutdown(1000);  // not under another thread still in a region

@@ -1,6 +1,6 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
-#include "tests/test_support.h"
+#include "tests/cluster.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -17,12 +17,6 @@ std::string write_config(const std::string & dir, const std::string & name, cons
     std::string path = dir + "/" + name;
     std::ofstream(path) << text;
     return path;
-}
-
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
 }
 
 // Runs moezip-run on `model` (64-token fixture prompt, ubatch 32, 32 decode steps) under the preload.

@@ -1,10 +1,12 @@
 #include "coordinator/compute/graph_runner.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/base/test_fault.h"
 
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 
 namespace moezip {
 
@@ -151,6 +153,11 @@ Status GraphRunner::handle_region(const MoeRegion & r, LayerCounters & delta, st
     try {
         std::lock_guard<std::timed_mutex> hl(handler_mu_);
         if (shut_down_) return Status::io_error("the process is exiting: moezip no longer computes regions");
+        static bool thrown = false;
+        if (!thrown && test_fault("throw_in_region")) {
+            thrown = true;
+            throw std::runtime_error("test fault throw_in_region");
+        }
         Status st = handler_->compute(r, delta);
         recovered = handler_->take_errors();
         return st;

@@ -1,5 +1,6 @@
 #include "coordinator/dispatch/dispatcher.h"
 
+#include "coordinator/base/test_fault.h"
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
@@ -15,8 +16,7 @@ namespace moezip {
 
 Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity self)
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
-    const char * fault = getenv("MOEZIP_TEST_FAULT");
-    fault_corrupt_ = fault != nullptr && strcmp(fault, "corrupt_request") == 0;
+    fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
     for (size_t i = 0; i < workers_.size(); ++i) workers_[i].cfg = &cfg.workers[i];
 }

@@ -94,6 +94,7 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
     j["logits"] = {{"count", ev.logits_total}, {"listed", ev.logits.size()}, {"chain_xxh3", hex64(ev.logits_chain)},
                    {"streams", streams}, {"graphs", lg}};
     j["workers"] = ev.workers;
+    j["hook_bindings"] = ev.hook_bindings;
     j["errors"] = {{"count", ev.errors_total}, {"first", ev.errors}};
     return j;
 }

@@ -85,6 +85,9 @@ struct Evidence {
     std::map<const void *, uint64_t> stream_of;      ///< live scheduler -> its stream id
     std::vector<std::string> errors;  ///< first errors, capped
     nlohmann::json workers = nlohmann::json::array();  ///< filled by the dispatcher
+    /// where each engine call moezip interposes is bound ("moezip", "not bound yet", "bypassed: ..."),
+    /// filled at exit (preload/import_binding.h)
+    nlohmann::json hook_bindings = nlohmann::json::object();
 
     /// Adds one logits output to the list, the chain and the stream of `sched` (the engine context's
     /// scheduler that computed it; nullptr when unknown: one shared stream).

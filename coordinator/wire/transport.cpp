@@ -1,5 +1,8 @@
 #include "coordinator/wire/transport.h"
 
+#include "coordinator/wire/endpoint_probe.h"
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -77,7 +80,9 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         if (!(poll_until(*sock_, ZMQ_POLLOUT, sent_at_ + std::chrono::milliseconds(timeout_ms_)) & ZMQ_POLLOUT)) {
             if (g_stopping) return Status::io_error(endpoint_ + ": not sent, the process is exiting");
             ++stats_.timeouts;
-            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms");
+            const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
+            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
+                                   (cause.empty() ? " (it accepts connections but did not complete ZeroMQ's handshake)" : ": " + cause));
         }
         uint64_t bytes = 0;
         for (size_t i = 0; i < parts.size(); ++i) {
