@@ -47,7 +47,8 @@ struct Session {
     Config cfg;
     std::atomic<State> state{State::uninit};
     std::atomic<bool> exiting{false};  // at_exit began: no new region is handled, waits end
-    bool atexit_registered = false;
+    std::atomic<bool> exit_done{false};
+    bool atexit_registered = false, atexit_late_registered = false;
     std::string why_passthrough;
     int pid = 0;
     // The ABI guard, run once before any hook changes what the engine does (no_repack, lazy model
@@ -99,9 +100,20 @@ private:
 
 void at_exit();
 
+// Exit handlers run last-registered first. at_exit is registered twice: when the preload loads
+// (so a process whose engine never reached the hooks is still told about at exit), and again when
+// moezip becomes active, after the engine's CPU backend was loaded, so that it runs before the
+// backend's static destructors: a thread still decoding is stopped from entering the engine's
+// kernels while they are torn down. It acts once.
 void register_at_exit_locked(Session & s) {
     if (s.atexit_registered) return;
     s.atexit_registered = true;
+    atexit(at_exit);
+}
+
+void register_late_at_exit_locked(Session & s) {
+    if (s.atexit_late_registered) return;
+    s.atexit_late_registered = true;
     atexit(at_exit);
 }
 
@@ -230,6 +242,7 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     opt.require_intercept = s.cfg.require_intercept;
     s.runner.reset(new GraphRunner(s.api, s.ev.variant, s.ev, s.ev_mu, s.handler.get(), opt));
     s.state = State::active;
+    register_late_at_exit_locked(s);
     LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
 }
 
@@ -331,6 +344,7 @@ nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
 void at_exit() {
     Session & s = S();
     if (getpid() != s.pid && s.pid != 0) return;
+    if (s.exit_done.exchange(true)) return;
     s.exiting = true;
     transport_stop_waiting();  // a thread waiting for a worker gives up now, not after timeout_ms
     std::vector<std::string> bypassed;
@@ -352,6 +366,7 @@ void at_exit() {
         s.ev.add_error("not intercepted: " + why);
         LOG_ERROR("moezip was configured (mode %s) but intercepted nothing: %s", s.ev.mode.c_str(), why.c_str());
     }
+    if (s.runner) s.runner->quiesce(2000);  // other threads leave the engine's kernels before its statics go
     std::string failure = intercept_failure(s);
     {
         std::lock_guard<std::mutex> lock(s.ev_mu);
@@ -361,7 +376,7 @@ void at_exit() {
             if (s.state == State::active) LOG_WARN("%s", b.c_str());
     }
     if (s.state != State::inert) write_report(s, true);
-    if (s.runner) s.runner->shutdown(1000);  // not under another thread still in a region
+    if (s.runner) s.runner->shutdown();
     if (!failure.empty()) {
         LOG_ERROR("require_intercept: %s; see %s. The run FAILED (exit status 4).", failure.c_str(),
                   s.report_path.empty() ? "(no report)" : s.report_path.c_str());
@@ -393,7 +408,13 @@ ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const vo
         std::lock_guard<std::mutex> lock(s.init_mu);
         if (s.state == State::uninit) init_locked(s, caller, real);
     }
-    if (getpid() != s.pid || s.exiting) return real(gf, cplan);  // a forked child, or the host is exiting
+    if (getpid() != s.pid) return real(gf, cplan);  // a forked child
+    if (s.exiting && s.state == State::active) {
+        // exit() runs on another thread: the engine's statics are being torn down. This compute
+        // fails (llama_decode reports it) instead of running kernels over freed state.
+        LOG_CAPPED(LogLevel::info, "the host is exiting: failing a graph compute that started after exit()");
+        return GGML_STATUS_ABORTED;
+    }
     if (s.state != State::active) {
         // require_intercept: a request whose MoE layers cannot be distributed fails here, visibly,
         // instead of being answered by the engine alone (the exit status alone comes too late).

@@ -2,11 +2,13 @@
 
 #include "coordinator/base/log.h"
 #include "coordinator/base/test_fault.h"
+#include "coordinator/wire/transport.h"
 
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <thread>
 
 namespace moezip {
 
@@ -138,9 +140,17 @@ nlohmann::json GraphRunner::memory_json() {
     return handler_->memory_json();
 }
 
-void GraphRunner::shutdown(int ms) {
+bool GraphRunner::quiesce(int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (in_flight_.load() == 0) return true;
+    LOG_WARN("exit: another thread is still inside a graph compute after %d ms", ms);
+    return false;
+}
+
+void GraphRunner::shutdown() {
     if (handler_ == nullptr) return;
-    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(ms));
+    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(100));
     if (!hl.owns_lock()) {
         LOG_WARN("exit: a MoE region is still being computed on another thread; leaving its connections to the OS");
         return;
@@ -168,7 +178,25 @@ Status GraphRunner::handle_region(const MoeRegion & r, LayerCounters & delta, st
     }
 }
 
+namespace {
+
+// Counts a thread inside GraphRunner::compute for the span of a scope.
+class InFlight {
+public:
+    explicit InFlight(std::atomic<int> & n) : n_(n) { ++n_; }
+    ~InFlight() { --n_; }
+    InFlight(const InFlight &) = delete;
+    InFlight & operator=(const InFlight &) = delete;
+
+private:
+    std::atomic<int> & n_;
+};
+
+} // namespace
+
 ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * sched) {
+    InFlight in_flight(in_flight_);
+    if (transport_stopping()) return GGML_STATUS_ABORTED;  // exit() began on another thread
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     std::vector<MoeRegion> regions = moe_regions_find(gf->nodes, gf->n_nodes, buft);
     std::vector<bool> handle;
@@ -187,6 +215,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
     for (size_t i = 0; i < regions.size(); ++i) {
         if (!handle[i]) continue;
         const MoeRegion & r = regions[i];
+        if (transport_stopping()) return GGML_STATUS_ABORTED;  // exit() began on another thread: stop between pieces
         ggml_status gs = compute_range(gf, cplan, pos, r.first_node);
         if (gs != GGML_STATUS_SUCCESS) return gs;
         auto t0 = std::chrono::steady_clock::now();
@@ -233,6 +262,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         lock.unlock();
         pos = r.last_node + 1;
     }
+    if (transport_stopping()) return GGML_STATUS_ABORTED;
     ggml_status gs = compute_range(gf, cplan, pos, gf->n_nodes);
     if (gs == GGML_STATUS_SUCCESS) record_logits(gf, sched);
     return gs;

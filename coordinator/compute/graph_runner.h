@@ -19,6 +19,7 @@
 #include "coordinator/modes/region_handler.h"
 #include "preload/engine_api.h"
 
+#include <atomic>
 #include <mutex>
 
 namespace moezip {
@@ -57,10 +58,14 @@ public:
     nlohmann::json workers_json();
     /// The handler's memory evidence (weights released), {} without a handler.
     nlohmann::json memory_json();
-    /// Waits up to `ms` for a compute in progress to finish, then shuts the handler down (sockets,
-    /// context). When it cannot get the handler in time it leaves it untouched: the process is
-    /// exiting and another thread still uses it. New computes after this run passthrough.
-    void shutdown(int ms);
+    /// At exit, after transport_stop_waiting(): waits up to `ms` for every compute in progress on
+    /// other threads to stop (they stop at the next piece of their graph, or when their worker wait
+    /// ends), so that no thread runs the engine's kernels while exit tears the engine's statics
+    /// down. True when none is left.
+    bool quiesce(int ms);
+    /// Shuts the handler down (sockets, context), unless a compute is still in it (then the process
+    /// is exiting and another thread still uses it: the handler is left to the OS). Once.
+    void shutdown();
 
 private:
     ggml_status compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int i0, int i1);
@@ -84,6 +89,7 @@ private:
     RunnerOptions opt_;
     std::timed_mutex handler_mu_;  // handlers are not thread-safe; node may decode from two threads
     bool shut_down_ = false;       // under handler_mu_
+    std::atomic<int> in_flight_{0};  // threads inside compute()
 };
 
 } // namespace moezip

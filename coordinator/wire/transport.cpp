@@ -36,6 +36,17 @@ short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::
     }
 }
 
+// One part of a message, sent without blocking; a signal's EINTR sends it again (nothing was queued).
+zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::send_flags flags) {
+    for (;;) {
+        try {
+            return sock.send(part, flags | zmq::send_flags::dontwait);
+        } catch (const zmq::error_t & e) {
+            if (e.num() != EINTR) throw;
+        }
+    }
+}
+
 } // namespace
 
 void transport_stop_waiting() { g_stopping.store(true); }
@@ -88,7 +99,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         for (size_t i = 0; i < parts.size(); ++i) {
             bytes += parts[i].size();
             auto flags = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-            if (!sock_->send(parts[i], flags | zmq::send_flags::dontwait))
+            if (!send_part(*sock_, parts[i], flags))
                 return Status::io_error(endpoint_ + ": send queue full (worker not connected?)");
         }
         ++stats_.requests;

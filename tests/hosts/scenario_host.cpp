@@ -14,6 +14,9 @@
 //       every 200 us: every blocking call in the decode path sees EINTR
 //   moezip-test-host exit-mid-decode -m A.gguf --after-ms T
 //       a thread generates without end; the main thread calls exit(0) after T ms
+//   moezip-test-host pause -m A.gguf --pause-file P
+//       generate, create P.ready, wait (at most 60 s) until P.go exists, generate again on the same
+//       context: a test can change the world (restart a worker) while the host is idle
 //
 // The JSON: {"runs": [{"model", "context", "tokens": [...], "logits_xxh3": ["16 hex", ...]}]}.
 // Exit 0 when every generation finished, 1 when one failed (the error on stderr), 2 on bad flags.
@@ -46,6 +49,7 @@ struct Args {
     bool no_mmap = false;
     int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300;
     std::string json;
+    std::string pause_file;
 };
 
 std::mutex g_out_mu;
@@ -199,13 +203,28 @@ int scenario_exit_mid_decode(const Args & a) {
     exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
 }
 
+int scenario_pause(const Args & a) {
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (st) st = generate_into(l.ctx, a, a.models[0], 0);
+    if (!st) return fail("first run", st);
+    std::ofstream(a.pause_file + ".ready") << "ready\n";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::ifstream(a.pause_file + ".go")) {
+        if (std::chrono::steady_clock::now() > deadline) return fail("pause", Status::timeout("no " + a.pause_file + ".go within 60 s"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    st = generate_into(l.ctx, a, a.models[0], 0);
+    return st ? 0 : fail("second run", st);
+}
+
 } // namespace
 
 int main(int argc, char ** argv) {
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals or exit-mid-decode")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode or pause")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
@@ -213,6 +232,7 @@ int main(int argc, char ** argv) {
     app.add_option("--contexts", a.contexts, "parallel: contexts")->check(CLI::Range(1, 16));
     app.add_option("--after-ms", a.after_ms, "exit-mid-decode: exit after this many ms")->check(CLI::Range(0, 600000));
     app.add_option("--json", a.json, "write the runs here");
+    app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
@@ -227,6 +247,7 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "parallel") rc = scenario_parallel(a);
     else if (a.scenario == "signals") rc = scenario_signals(a);
     else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
+    else if (a.scenario == "pause") rc = scenario_pause(a);
     if (!a.json.empty()) std::ofstream(a.json) << nlohmann::json{{"runs", g_runs}}.dump(1) << "\n";
     llama_backend_free();
     return rc;
