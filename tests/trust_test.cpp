@@ -349,6 +349,15 @@ TEST(Transport, RequestFramesAreOwnedByZeroMqOnceSent) {
     zmq::context_t ctx(1);
     moezip::WorkerLink link(ctx, c.workers[0]->endpoint(), 5000);
     link.set_instance(c.workers[0]->instance());
+    {
+        moezip::MsgHeader hh = moezip::msg_header_make(moezip::MsgKind::hello);
+        hh.request_id = 1;
+        const std::string plan = hello_json(kRowsPlan);
+        ASSERT_TRUE(link.send(hh, {{moezip::WireType::none, {plan.data(), plan.size()}}}));
+        moezip::MsgHeader rh;
+        zmq::message_t d;
+        ASSERT_TRUE(link.recv(1, rh, d));
+    }
     for (int i = 0; i < 20; ++i) {
         std::vector<float> hidden(64, 0.25f * i), weights = {0.5f, 0.5f};
         std::vector<int32_t> ids = {i % 8, (i + 3) % 8};

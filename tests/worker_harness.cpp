@@ -13,6 +13,7 @@
 #include <mutex>
 #include <poll.h>
 #include <sstream>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -49,6 +50,10 @@ bool WorkerProcess::start(const std::vector<std::string> & args, const std::stri
         close(out_pipe[0]);
         close(out_pipe[1]);
         for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+        for (const Limit & l : limits) {
+            struct rlimit rl = {(rlim_t) l.soft, (rlim_t) l.hard};
+            if (setrlimit(l.resource, &rl) != 0) _exit(126);
+        }
         std::vector<char *> cargs;
         for (const auto & a : argv) cargs.push_back(const_cast<char *>(a.c_str()));
         cargs.push_back(nullptr);
@@ -123,10 +128,24 @@ std::string WorkerReply::text(size_t i) const {
     return i < frames.size() ? std::string(static_cast<const char *>(frames[i].data()), frames[i].size()) : "";
 }
 
-WorkerClient::WorkerClient(const std::string & endpoint, uint64_t instance) : ctx_(1), instance_(instance) {
+std::string hello_json(const std::string & plan) {
+    return std::string(R"({"protocol":)") + std::to_string(kProtocolVersion) + R"(,"ggml_commit":"test","plan":)" + plan + "}";
+}
+
+WorkerClient::WorkerClient(const std::string & endpoint, uint64_t instance, const std::string & plan, const ClientKeys & keys)
+    : ctx_(1), instance_(instance) {
     sock_.reset(new zmq::socket_t(ctx_, zmq::socket_type::dealer));
     sock_->set(zmq::sockopt::linger, 0);
+    if (!keys.server_public.empty()) {
+        sock_->set(zmq::sockopt::curve_serverkey, keys.server_public);
+        sock_->set(zmq::sockopt::curve_publickey, keys.public_key);
+        sock_->set(zmq::sockopt::curve_secretkey, keys.secret_key);
+    }
     sock_->connect(endpoint);
+    if (plan.empty()) return;
+    send(simple_frames(MsgKind::hello, 0x4e110, hello_json(plan)));
+    WorkerReply rep;
+    planned_ = recv(rep, 10000) && rep.h.kind == static_cast<uint16_t>(MsgKind::hello_ok);
 }
 
 WorkerClient::~WorkerClient() {

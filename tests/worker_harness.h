@@ -46,6 +46,12 @@ public:
     int stop(int sig, int timeout_ms, double * elapsed_ms = nullptr);
     /// Waits up to timeout_ms for the process to exit by itself; exit status or -1.
     int wait_exit(int timeout_ms);
+    /// Resource limits the child sets before exec (setrlimit), e.g. {RLIMIT_NOFILE, 128, 4096}.
+    struct Limit {
+        int resource;
+        long soft, hard;
+    };
+    std::vector<Limit> limits;
 
 private:
     int pid_ = -1;
@@ -64,12 +70,30 @@ struct WorkerReply {
     std::string text(size_t i = 0) const;
 };
 
+/// The plan a test client states in its hello (tools/moezip-worker/worker_plan.h): whole n_ff,
+/// any served expert.
+constexpr const char * kRowsPlan = R"({"mode":"rows"})";
+
+/// A hello's JSON with `plan` (a JSON object as text).
+std::string hello_json(const std::string & plan);
+
+/// Client-side CURVE keys: both empty = plain.
+struct ClientKeys {
+    std::string server_public;  ///< the worker's public key (Z85)
+    std::string public_key, secret_key;  ///< this client's pair (Z85)
+};
+
 /// A DEALER connected to a worker (linger 0; the socket is closed before the context).
 class WorkerClient {
 public:
     /// `instance`: the worker instance compute requests are addressed to (WorkerProcess::instance).
-    explicit WorkerClient(const std::string & endpoint, uint64_t instance = 0);
+    /// With a non-empty `plan` the client says hello with it first and waits for hello_ok (the
+    /// worker computes nothing for a connection without a plan); "" skips the hello.
+    explicit WorkerClient(const std::string & endpoint, uint64_t instance = 0, const std::string & plan = kRowsPlan,
+                          const ClientKeys & keys = ClientKeys());
     uint64_t instance() const { return instance_; }
+    /// True when the constructor's hello was answered with hello_ok (or no hello was asked for).
+    bool planned() const { return planned_; }
     ~WorkerClient();
     /// Sends the frames as one multipart message.
     void send(std::vector<zmq::message_t> frames);
@@ -80,6 +104,7 @@ private:
     zmq::context_t ctx_;
     std::unique_ptr<zmq::socket_t> sock_;
     uint64_t instance_ = 0;
+    bool planned_ = true;
 };
 
 /// A compute request's fields and data, turned into frames by compute_frames().

@@ -115,13 +115,13 @@ TEST(Worker, HelloDescribesServedExpertsWithDigestsOfTheFile) {
     EXPECT_NE(w.ready_line().find("experts 0-3 of 8 (2 MoE layers"), std::string::npos) << w.ready_line();
     WorkerClient c(w.endpoint(), w.instance());
 
-    WorkerReply rep = ask(c, simple_frames(MsgKind::hello, 77, R"({"protocol":2,"ggml_commit":"x"})"));
+    WorkerReply rep = ask(c, simple_frames(MsgKind::hello, 77, hello_json(kRowsPlan)));
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok);
     EXPECT_EQ(rep.h.request_id, 77u);
     ASSERT_EQ(rep.verify(), ErrorCode::ok);
     nlohmann::json j = nlohmann::json::parse(rep.text(), nullptr, false);
     ASSERT_TRUE(j.is_object()) << rep.text();
-    EXPECT_EQ(j["protocol"], 2);
+    EXPECT_EQ(j["protocol"], kProtocolVersion);
     EXPECT_EQ(j["instance"], moezip::hex64(w.instance())) << "hello_ok names the instance of the ready line";
     EXPECT_EQ(rep.h.instance, w.instance()) << "every reply header carries the instance";
     EXPECT_NE(w.instance(), 0u);
@@ -329,12 +329,14 @@ TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
     std::string dir = test_dir("worker_shard");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}));
-    WorkerClient c(w.endpoint(), w.instance());
+    // the plan of two workers with half of n_ff each (the coordinator's own share 0): slices [0, 32), [32, 64)
+    WorkerClient c(w.endpoint(), w.instance(), R"({"mode":"shard","shares":[0,0.5,0.5],"slice":1})");
+    WorkerClient c2(w.endpoint(), w.instance(), R"({"mode":"shard","shares":[0,0.5,0.5],"slice":2})");
     ComputeRequest r = random_request(1, 9, 77);
     const Expected whole = reference_compute(m, r);
     std::vector<float> sum((size_t) kEmbd * r.n_rows, 0.0f);
     for (int32_t first : {0, 32}) {
-        WorkerReply rep = ask(c, shard_frames(r, c.instance(), first, 32));
+        WorkerReply rep = ask(first == 0 ? c : c2, shard_frames(r, c.instance(), first, 32));
         ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
         ASSERT_EQ(rep.verify(), ErrorCode::ok);
         MoeExecutor exec(reference_api(), 1);
@@ -368,12 +370,14 @@ TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
     ComputeRequest slots_reply = r;
     slots_reply.reply = ReplyKind::slots;
     cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, c.instance(), 0, 32)});
+    cases.push_back({"another host's slice (not this connection's plan)", ErrorCode::bad_plan, shard_frames(r, c.instance(), 32, 32)});
+    cases.push_back({"whole n_ff on a shard connection", ErrorCode::bad_plan, compute_frames(compute_header(r, c.instance()), r)});
     for (Case & k : cases) {
         WorkerReply rep = ask(c, std::move(k.frames));
         EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << k.name;
         EXPECT_EQ(rep.h.status, (int32_t) k.code) << k.name << ": got " << error_code_name((ErrorCode) rep.h.status) << ": " << rep.text();
     }
-    EXPECT_EQ(ask_compute(c, r).h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving";
+    EXPECT_EQ(ask(c, shard_frames(r, c.instance(), 0, 32)).h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving";
 }
 
 // RssAnon of a process in KiB (/proc/<pid>/status), -1 when unreadable.
@@ -406,7 +410,7 @@ TEST(Worker, SigtermExitsZeroWithinASecond) {
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--threads", "1"}));
     {
-        WorkerClient c(w.endpoint(), w.instance());
+        WorkerClient c(w.endpoint(), w.instance(), /*plan =*/ "");
         EXPECT_EQ(ask(c, simple_frames(MsgKind::ping, 1)).h.kind, (uint16_t) MsgKind::pong);
     }
     double ms = 0;
@@ -429,7 +433,7 @@ TEST(Worker, MmapGivesTheSameResultsAsLoadedMemory) {
     ASSERT_EQ(rb.h.kind, (uint16_t) MsgKind::result) << rb.text();
     ASSERT_EQ(ra.frames[0].size(), rb.frames[0].size());
     EXPECT_EQ(memcmp(ra.frames[0].data(), rb.frames[0].data(), ra.frames[0].size()), 0);
-    WorkerReply ha = ask(a, simple_frames(MsgKind::hello, 2)), hb = ask(b, simple_frames(MsgKind::hello, 2));
+    WorkerReply ha = ask(a, simple_frames(MsgKind::hello, 2, hello_json(kRowsPlan))), hb = ask(b, simple_frames(MsgKind::hello, 2, hello_json(kRowsPlan)));
     nlohmann::json ja = nlohmann::json::parse(ha.text(), nullptr, false), jb = nlohmann::json::parse(hb.text(), nullptr, false);
     EXPECT_NE(ja["instance"], jb["instance"]) << "two processes, two instances";
     ja.erase("instance");

@@ -66,6 +66,10 @@ public:
     /// for the executor's own scratch.
     Status compute_slots(const ExpertWeights & w, const SlotBatch & batch, float * out, const MoeBuffers * bufs = nullptr);
 
+    /// Releases the scratch and work buffers when they hold more than keep_bytes each (they only
+    /// grow otherwise: one large batch would keep its memory for the life of the process).
+    void trim(size_t keep_bytes);
+
 private:
     const GgmlApi & api_;
     int n_threads_;

@@ -2,6 +2,7 @@
 // The table of keys with defaults and units is config.h (struct Config) and docs/config.md.
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_internal.h"
+#include "coordinator/wire/curve_keys.h"
 
 #define TOML_EXCEPTIONS 0
 #define TOML_ENABLE_FORMATTERS 0
@@ -235,7 +236,7 @@ struct Reader {
     void read_top(const toml::table & root) {
         check_known(root, "", {"mode", "report", "report_flush_ms", "require_intercept", "on_mismatch", "strict",
                                "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
-                               "worker_server"});
+                               "worker_server", "verify_every"});
         read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
         std::string report;
         int line = read_string(root, "", "report", report);
@@ -248,6 +249,7 @@ struct Reader {
         read_bool(root, "", "no_repack", cfg.no_repack);
         read_int(root, "", "threads", 0, 256, cfg.threads);
         read_choice(root, "", "log", {"error", "warn", "info", "debug"}, cfg.log);
+        read_top_security(root);
     }
 
     void read_sections(const toml::table & root) {
@@ -269,7 +271,9 @@ struct Reader {
             read_int(*t, "shard", "shadow_every", 0, 1000000000, cfg.shard.shadow_every);
         }
         if (const toml::table * t = section(root, "dispatch")) {
-            check_known(*t, "dispatch", {"timeout_ms", "on_worker_error", "connect_timeout_ms"});
+            check_known(*t, "dispatch", {"timeout_ms", "on_worker_error", "connect_timeout_ms", "verify_every", "verify_max_abs",
+                                         "verify_min_cosine", "client_key"});
+            read_dispatch_security(*t);
             read_int(*t, "dispatch", "timeout_ms", 1, 600000, cfg.dispatch.timeout_ms);
             read_choice(*t, "dispatch", "on_worker_error", {"local", "abort"}, cfg.dispatch.on_worker_error);
             read_int(*t, "dispatch", "connect_timeout_ms", 1, 600000, cfg.dispatch.connect_timeout_ms);
@@ -277,7 +281,9 @@ struct Reader {
         if (const toml::table * t = section(root, "worker_server")) {
             WorkerServerConfig & ws = cfg.worker_server;
             ws.present = true;
-            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap"});
+            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "key", "allow", "insecure", "handshake_ms",
+                                              "max_rows", "max_slots", "max_in_mib", "max_out_mib", "max_scratch_mib"});
+            read_server_security(*t, ws);
             read_endpoint(*t, "worker_server", "bind", true, ws.bind);
             read_string(*t, "worker_server", "model", ws.model);
             read_experts(*t, "worker_server", "experts", ws.experts);
@@ -292,12 +298,13 @@ struct Reader {
         w.line = (int) t.source().begin.line;
         w.timeout_ms = cfg.dispatch.timeout_ms;
         cfg.lines[prefix] = w.line;
-        check_known(t, prefix, {"endpoint", "share", "experts", "timeout_ms"});
+        check_known(t, prefix, {"endpoint", "share", "experts", "timeout_ms", "public_key", "client_key"});
         if (!t.contains("endpoint")) issues.push_back({w.line, prefix + ".endpoint: required key is missing"});
         read_endpoint(t, prefix, "endpoint", false, w.endpoint);
         read_double(t, prefix, "share", 0.0, 1.0, w.share, &w.has_share);
         read_experts(t, prefix, "experts", w.experts);
         read_int(t, prefix, "timeout_ms", 1, 600000, w.timeout_ms, &w.has_timeout);
+        read_worker_security(t, prefix, w);
         cfg.workers.push_back(std::move(w));
     }
 
@@ -313,6 +320,84 @@ struct Reader {
             return;
         }
         for (size_t i = 0; i < arr->size(); ++i) read_worker(*(*arr)[i].as_table(), i);
+    }
+
+    // ---- security keys (docs/security.md): CURVE keys, verification, the worker's budget ----
+
+    void read_top_security(const toml::table & root) {
+        read_int(root, "", "verify_every", 0, 1000000000, cfg.dispatch.verify_every);
+    }
+
+    void read_dispatch_security(const toml::table & t) {
+        if (cfg.lines.count("verify_every") && t.contains("verify_every")) {
+            issues.push_back({config_line_of(cfg, "verify_every"), "verify_every: written both at top level and in [dispatch] (line " +
+                                                                       std::to_string((int) t.get("verify_every")->source().begin.line) +
+                                                                       "): set it once"});
+        }
+        read_int(t, "dispatch", "verify_every", 0, 1000000000, cfg.dispatch.verify_every);
+        read_double(t, "dispatch", "verify_max_abs", 0.0, 1.0, cfg.dispatch.verify_max_abs);
+        read_double(t, "dispatch", "verify_min_cosine", -1.0, 1.0, cfg.dispatch.verify_min_cosine);
+        read_key_file(t, "dispatch", "client_key", cfg.dispatch.client_key);
+    }
+
+    void read_worker_security(const toml::table & t, const std::string & prefix, WorkerConfig & w) {
+        std::string key;
+        int line = read_string(t, prefix, "public_key", key);
+        if (line > 0 && !curve_key_valid(key)) {
+            issues.push_back({line, prefix + ".public_key: expected the worker's CURVE public key (40 Z85 characters, from its "
+                                             "moezip.pub), got " + config_quote(key)});
+        } else if (line > 0) {
+            w.public_key = key;
+        }
+        w.client_key = cfg.dispatch.client_key;
+        w.has_client_key = read_key_file(t, prefix, "client_key", w.client_key);
+    }
+
+    void read_server_security(const toml::table & t, WorkerServerConfig & ws) {
+        read_key_file(t, "worker_server", "key", ws.key);
+        read_string_list(t, "worker_server", "allow", ws.allow);
+        read_bool(t, "worker_server", "insecure", ws.insecure);
+        read_int(t, "worker_server", "handshake_ms", 100, 600000, ws.handshake_ms);
+        read_int(t, "worker_server", "max_rows", 1, 1 << 20, ws.max_rows);
+        read_int(t, "worker_server", "max_slots", 1, 1 << 28, ws.max_slots);
+        read_int(t, "worker_server", "max_in_mib", 1, 65536, ws.max_in_mib);
+        read_int(t, "worker_server", "max_out_mib", 1, 65536, ws.max_out_mib);
+        read_int(t, "worker_server", "max_scratch_mib", 1, 1 << 20, ws.max_scratch_mib);
+    }
+
+    // A path to a key file: a non-empty string (read when used). True when written and valid.
+    bool read_key_file(const toml::table & t, const std::string & prefix, const char * key, std::string & out) {
+        std::string text;
+        int line = read_string(t, prefix, key, text);
+        if (line == 0) return false;
+        if (text.empty()) {
+            issues.push_back({line, join_path(prefix, key) + ": expected the path of a key file, got \"\""});
+            return false;
+        }
+        out = text;
+        return true;
+    }
+
+    // A string or an array of non-empty strings (paths).
+    void read_string_list(const toml::table & t, const std::string & prefix, const char * key, std::vector<std::string> & out) {
+        std::string path = join_path(prefix, key);
+        int line = 0;
+        const toml::node * n = find(t, path, key, line);
+        if (!n) return;
+        std::vector<std::string> items;
+        bool ok = n->is_string() || n->is_array();
+        if (n->is_string()) items.push_back(n->as_string()->get());
+        for (size_t i = 0; ok && n->is_array() && i < n->as_array()->size(); ++i) {
+            const toml::node & e = *n->as_array()->get(i);
+            ok = e.is_string();
+            if (ok) items.push_back(e.as_string()->get());
+        }
+        for (const std::string & i : items) ok = ok && !i.empty();
+        if (!ok || items.empty()) {
+            fail(line, path, "expected a path or an array of paths (files of public keys)", *n, true);
+            return;
+        }
+        out = items;
     }
 };
 

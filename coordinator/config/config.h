@@ -60,6 +60,20 @@ struct DispatchConfig {
     int timeout_ms = 5000;  ///< per-request timeout, ms, 1..600000; default 5000
     WorkerErrorPolicy on_worker_error = WorkerErrorPolicy::local;  ///< default local
     int connect_timeout_ms = 5000;  ///< handshake timeout, ms, 1..600000; default 5000
+    // -- security (docs/security.md) --
+    /// Every Nth result of each worker is also computed here and compared (bit-exact in rows and
+    /// experts exact; within verify_max_abs / verify_min_cosine in shard and experts partial); a
+    /// mismatch discards the result and marks the worker untrusted. 0..1000000000; default 0 = never.
+    /// Written top-level or in [dispatch] (not both).
+    int verify_every = 0;
+    /// Largest |worker - here| accepted where results are compared against tolerances, relative to
+    /// the largest magnitude of the part computed here (at least 1). 0..1; default 1e-4.
+    double verify_max_abs = 1e-4;
+    /// Smallest cosine similarity accepted there, -1..1; default 0.99999.
+    double verify_min_cosine = 0.99999;
+    /// This host's CURVE key file (moezip-worker --keygen) for every worker with a public_key that
+    /// does not name its own; default "" (none).
+    std::string client_key;
 };
 
 /// One [[worker]] table, in file order.
@@ -71,6 +85,10 @@ struct WorkerConfig {
     bool has_share = false;            ///< `share` was written in the file
     bool has_timeout = false;          ///< `timeout_ms` was written in the file (else dispatch's)
     int line = 0;                      ///< line of the [[worker]] header, for messages
+    // -- security (docs/security.md) --
+    std::string public_key;            ///< the worker's CURVE public key (Z85, 40 chars); "" = plain ZeroMQ
+    std::string client_key;            ///< resolved key file of this host (own value or dispatch.client_key)
+    bool has_client_key = false;       ///< `client_key` was written in this table
 };
 
 /// [worker_server]: what moezip-worker uses when it reads this file.
@@ -81,6 +99,16 @@ struct WorkerServerConfig {
     std::vector<ExpertRange> experts; ///< experts to load; default none = all
     int threads = 1;                  ///< compute threads, 1..256; default 1
     bool mmap = false;                ///< map the weights instead of loading them into memory; default false
+    // -- security (docs/security.md; the same as moezip-worker's flags) --
+    std::string key;                  ///< this worker's CURVE key file; default "" (plain)
+    std::vector<std::string> allow;   ///< files of coordinator public keys admitted; default none
+    bool insecure = false;            ///< allow a plain (keyless) bind on a non-loopback address
+    int handshake_ms = 5000;          ///< ZMQ_HANDSHAKE_IVL, ms, 100..600000
+    int max_rows = 4096;              ///< per-request budget, 1..1048576
+    int max_slots = 32768;            ///< 1..268435456
+    int max_in_mib = 128;             ///< 1..65536
+    int max_out_mib = 256;            ///< 1..65536
+    int max_scratch_mib = 1024;       ///< 1..1048576
 };
 
 /// The whole configuration with its defaults (a default-constructed Config is valid: observe mode).

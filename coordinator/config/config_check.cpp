@@ -99,6 +99,27 @@ void check_endpoints(const Config & cfg, std::vector<ConfigIssue> & issues) {
     }
 }
 
+// CURVE keys come in pairs: a worker's public key needs this host's key file, and the other way round;
+// a worker with a key needs an allow-list of coordinators (else every client key would do).
+void check_security(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    for (size_t i = 0; i < cfg.workers.size(); ++i) {
+        const WorkerConfig & w = cfg.workers[i];
+        const std::string p = worker_name(i);
+        if (!w.public_key.empty() && w.client_key.empty())
+            issues.push_back({config_line_of(cfg, p + ".public_key", w.line),
+                              p + ".public_key: needs client_key (this host's key file, moezip-worker --keygen) in this [[worker]] or in [dispatch]"});
+        if (w.has_client_key && w.public_key.empty())
+            issues.push_back({config_line_of(cfg, p + ".client_key", w.line),
+                              p + ".client_key: needs public_key (the worker's CURVE public key, from its moezip.pub)"});
+    }
+    const WorkerServerConfig & ws = cfg.worker_server;
+    if (!ws.key.empty() && ws.allow.empty())
+        issues.push_back({config_line_of(cfg, "worker_server.key"),
+                          "worker_server.allow: required with worker_server.key (the coordinators' public keys; without it every client key would be accepted)"});
+    if (ws.key.empty() && !ws.allow.empty())
+        issues.push_back({config_line_of(cfg, "worker_server.allow"), "worker_server.allow: needs worker_server.key (this worker's key file)"});
+}
+
 bool all_digits(const std::string & s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return isdigit((unsigned char) c); });
 }
@@ -107,6 +128,7 @@ bool all_digits(const std::string & s) {
 
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
     check_endpoints(cfg, issues);
+    check_security(cfg, issues);
     if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, issues);
     if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, issues);
     if (cfg.mode == ConfigMode::experts) check_experts(cfg, issues);

@@ -69,6 +69,33 @@ struct Lines {
     void add_str(const std::string & key, const std::string & v) { add(key, config_quote(v)); }
 };
 
+// security keys (docs/security.md): key file paths and public keys, never a secret
+void describe_dispatch_security(const Config & c, Lines & l) {
+    l.add("dispatch.verify_every", c.dispatch.verify_every);
+    l.add_num("dispatch.verify_max_abs", c.dispatch.verify_max_abs);
+    l.add_num("dispatch.verify_min_cosine", c.dispatch.verify_min_cosine);
+    l.add_str("dispatch.client_key", c.dispatch.client_key);
+}
+
+void describe_worker_security(const WorkerConfig & w, const std::string & p, Lines & l) {
+    l.add_str(p + "public_key", w.public_key);
+    l.add_str(p + "client_key", w.client_key);
+}
+
+void describe_server_security(const WorkerServerConfig & s, Lines & l) {
+    l.add_str("worker_server.key", s.key);
+    std::string allow;
+    for (const std::string & a : s.allow) allow += (allow.empty() ? "" : ", ") + config_quote(a);
+    l.add("worker_server.allow", "[" + allow + "]");
+    l.add("worker_server.insecure", s.insecure);
+    l.add("worker_server.handshake_ms", s.handshake_ms);
+    l.add("worker_server.max_rows", s.max_rows);
+    l.add("worker_server.max_slots", s.max_slots);
+    l.add("worker_server.max_in_mib", s.max_in_mib);
+    l.add("worker_server.max_out_mib", s.max_out_mib);
+    l.add("worker_server.max_scratch_mib", s.max_scratch_mib);
+}
+
 void describe_sections(const Config & c, Lines & l) {
     l.add_num("rows.local_share", c.rows.local_share);
     l.add("rows.min_rows", c.rows.min_rows);
@@ -81,6 +108,7 @@ void describe_sections(const Config & c, Lines & l) {
     l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);
     l.add_str("dispatch.on_worker_error", config_worker_error_name(c.dispatch.on_worker_error));
     l.add("dispatch.connect_timeout_ms", c.dispatch.connect_timeout_ms);
+    describe_dispatch_security(c, l);
 }
 
 void describe_workers(const Config & c, Lines & l) {
@@ -91,6 +119,7 @@ void describe_workers(const Config & c, Lines & l) {
         l.add_num(p + "share", w.share);
         l.add_str(p + "experts", expert_ranges_format(w.experts));
         l.add(p + "timeout_ms", w.timeout_ms);
+        describe_worker_security(w, p, l);
     }
     if (!c.worker_server.present) return;
     const WorkerServerConfig & s = c.worker_server;
@@ -99,6 +128,7 @@ void describe_workers(const Config & c, Lines & l) {
     l.add_str("worker_server.experts", expert_ranges_format(s.experts));
     l.add("worker_server.threads", s.threads);
     l.add("worker_server.mmap", s.mmap);
+    describe_server_security(s, l);
 }
 
 } // namespace

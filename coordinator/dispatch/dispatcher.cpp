@@ -18,7 +18,17 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
     fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
-    for (size_t i = 0; i < workers_.size(); ++i) workers_[i].cfg = &cfg.workers[i];
+    for (size_t i = 0; i < workers_.size(); ++i) {
+        Worker & w = workers_[i];
+        w.cfg = &cfg.workers[i];
+        w.trust = WorkerTrust(cfg.dispatch.verify_every);
+        if (w.cfg->public_key.empty()) continue;
+        // the key file is read once, here; a key that cannot be read refuses this worker (no plain fallback)
+        w.keys.server_public = w.cfg->public_key;
+        Status st = curve_available() ? curve_keypair_read(w.cfg->client_key, w.keys.client)
+                                      : Status::unsupported("this libzmq has no CURVE support");
+        if (!st) w.refused = "worker " + w.cfg->endpoint + " refused: client_key: " + st.message();
+    }
 }
 
 Dispatcher::~Dispatcher() { shutdown(); }
@@ -39,7 +49,13 @@ void Dispatcher::shutdown() {
 
 Status Dispatcher::hello(Worker & w) {
     if (!ctx_) ctx_.reset(new zmq::context_t(1));
-    if (!w.link) w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms));
+    if (!w.link) {
+        w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms, w.keys));
+        if (!w.keys.curve() && w.cfg->endpoint.rfind("tcp://", 0) == 0 && w.cfg->endpoint.rfind("tcp://127.", 0) != 0 &&
+            w.cfg->endpoint.rfind("tcp://localhost:", 0) != 0 && w.cfg->endpoint.rfind("tcp://[::1]:", 0) != 0)
+            LOG_WARN("worker %s has no public_key: its link is neither encrypted nor authenticated (docs/security.md)",
+                     w.cfg->endpoint.c_str());
+    }
     // Whatever was verified before belongs to the instance that answered then.
     w.said_hello = false;
     w.instance = 0;
@@ -49,7 +65,8 @@ Status Dispatcher::hello(Worker & w) {
     // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
     w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
     nlohmann::json me = {{"protocol", kProtocolVersion}, {"ggml_commit", self_.ggml_commit},
-                         {"cpu_variant", self_.variant.name}, {"cpu_build_id", self_.variant.build_id}};
+                         {"cpu_variant", self_.variant.name}, {"cpu_build_id", self_.variant.build_id},
+                         {"plan", plan_json(&w - workers_.data())}};
     std::string text = me.dump();
     MsgHeader h = msg_header_make(MsgKind::hello);
     h.request_id = next_request_id();
@@ -69,6 +86,29 @@ Status Dispatcher::hello(Worker & w) {
     w.said_hello = true;
     w.link->set_timeout_ms(w.cfg->timeout_ms);  // per-request timeout from now on
     return Status::ok();
+}
+
+// What this host will ask of worker w (the worker refuses anything else: bad_plan).
+nlohmann::json Dispatcher::plan_json(size_t w) const {
+    if (cfg_.mode == ConfigMode::experts) return {{"mode", "experts"}, {"experts", expert_ranges_format(cfg_.workers[w].experts)}};
+    if (cfg_.mode == ConfigMode::shard) {
+        nlohmann::json shares = nlohmann::json::array({cfg_.shard.local_share});
+        for (const WorkerConfig & c : cfg_.workers) shares.push_back(c.share);
+        return {{"mode", "shard"}, {"shares", shares}, {"slice", w + 1}};  // slices in split order: this host first
+    }
+    return {{"mode", "rows"}};
+}
+
+// The link must accept the largest reply a request for region r can bring: per-slot outputs of
+// every row, f32. A larger region than before reopens the link with more room (hello again).
+void Dispatcher::ensure_reply_room(Worker & w, const MoeRegion & r) {
+    const int64_t need = (int64_t) r.n_embd * 4 * std::max<int64_t>(1, r.n_used) * std::max<int64_t>(1, r.n_tokens);
+    if (!w.link || need <= w.link->max_reply_bytes_open()) return;
+    int64_t room = WorkerLink::kDefaultMaxReplyBytes;
+    while (room < need) room *= 2;
+    w.link->set_max_reply_bytes(room);
+    w.link->reset();
+    w.said_hello = false;  // a new connection: the worker learns this host's plan again
 }
 
 std::vector<int> Dispatcher::assigned_experts(size_t w, int n_expert) const {
@@ -151,9 +191,10 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
 
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) return false;
+    if (!w.refused.empty() || w.plans_refused.count(r.plan_id) || w.trust.untrusted()) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
+    ensure_reply_room(w, r);
     if (!w.said_hello) {
         Status st = hello(w);
         if (st) st = check_identity(w);
@@ -186,8 +227,34 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     return true;
 }
 
+void Dispatcher::record_verify(size_t wi, const PartComparison & c, const std::string & what) {
+    Worker & w = workers_[wi];
+    const bool was = w.trust.untrusted();
+    char detail[160];
+    snprintf(detail, sizeof detail, "max abs difference %.3g, cosine %.9f, first differing value %zu", c.max_abs, c.cosine, c.first_bad);
+    w.trust.record(c, "worker " + w.cfg->endpoint + " returned a wrong result (" + what + ": " + detail +
+                          "): its result was discarded and computed here; it gets no more work this run");
+    if (was || !w.trust.untrusted()) return;
+    LOG_ERROR("%s", w.trust.why_untrusted().c_str());
+    if (pending_errors_.size() < 50) pending_errors_.push_back(w.trust.why_untrusted());
+}
+
 void Dispatcher::mark_failed(size_t wi, const Status & why) {
     Worker & w = workers_[wi];
+    if (why.code() == Status::Code::invalid_argument) {
+        // over_budget: the worker is fine and kept its connection; this request was too large for it
+        ++w.over_budget;
+        LOG_CAPPED(LogLevel::warn, "%s; computed here (raise the worker's budget, docs/worker.md, or use a smaller batch)",
+                   why.message().c_str());
+        if (pending_errors_.size() < 50) pending_errors_.push_back(why.message());
+        return;
+    }
+    if (why.message().find("worker error bad_plan") != std::string::npos && ++w.bad_plan_streak >= 2) {
+        // refused again right after a hello that stated the plan: the worker will not take it
+        w.refused = "worker " + w.cfg->endpoint + " refused: it does not accept this host's plan (" + why.message() + ")";
+        LOG_ERROR("%s", w.refused.c_str());
+        if (pending_errors_.size() < 50) pending_errors_.push_back(w.refused);
+    }
     w.said_hello = false;  // probe with a fresh hello (and every per-layer check) before any compute
     w.plans_ok.clear();
     if (w.link) w.link->reset();
@@ -236,6 +303,10 @@ nlohmann::json Dispatcher::stats_json() const {
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
         j["reverifications"] = w.reverifications;
+        j["curve"] = w.keys.curve();  // encrypted and authenticated (never the key itself)
+        j["verify"] = w.trust.to_json();
+        j["untrusted"] = w.trust.why_untrusted();
+        j["over_budget"] = w.over_budget;
         if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
             for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;
@@ -250,7 +321,8 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
-                      {"reconnects", s.reconnects}, {"foreign_instance_replies", s.foreign_instance}});
+                      {"reconnects", s.reconnects}, {"foreign_instance_replies", s.foreign_instance},
+                      {"parts_dropped", s.parts_dropped}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
         }
         arr.push_back(j);
     }

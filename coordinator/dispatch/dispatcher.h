@@ -12,9 +12,16 @@
 // freed the weights the plan was made for) clears every per-layer verification.
 // A worker that fails is marked down and probed again after a back-off (1 s, doubling to 30 s);
 // meanwhile its work is computed here (policy "local") or the compute fails (policy "abort").
+// Security (docs/security.md): a worker with a public_key is reached over CURVE with this host's
+// key file (read when the dispatcher is made; a key that cannot be read refuses the worker); the
+// hello states this host's plan for the worker (mode, experts, n_ff slice), and the worker computes
+// nothing else; the link accepts replies up to the largest this host can expect for the region it
+// sends (reopened, and hello said again, when a larger region comes); and verify_every samples
+// results to recompute here (worker_trust.h): a worker caught lying is untrusted for the run.
 #pragma once
 
 #include "coordinator/config/config.h"
+#include "coordinator/dispatch/worker_trust.h"
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/transport.h"
 #include "provider_map/moe_region.h"
@@ -63,6 +70,15 @@ public:
     /// for the scheduler's time slice (ms) and the workers would start late; measured on
     /// a3b-L4-q8_0 decode: waiting for the worker 0.39-0.50 ms per call with it, 0.48-1.37 without.
     void let_io_thread_send() const { sched_yield(); }
+    /// Call once per result of worker w that arrived and matches its request: true when it is to
+    /// be verified here before it is used (verify_every).
+    bool verify_due(size_t w) {
+        workers_[w].bad_plan_streak = 0;
+        return workers_[w].trust.due();
+    }
+    /// Records the verification of one result of worker w (`what` names the part, e.g. "layer 3
+    /// rows 0-63"); a mismatch marks the worker untrusted: logged, in the report, no more work.
+    void record_verify(size_t w, const PartComparison & c, const std::string & what);
     /// Counts one request of worker w computed on this host instead.
     void count_fallback(size_t w) { if (workers_[w].link) ++workers_[w].link->stats().fallbacks; else ++workers_[w].fallbacks_unlinked; }
     /// Test-only fault switch MOEZIP_TEST_FAULT=corrupt_request: corrupt request frames after hashing.
@@ -97,9 +113,15 @@ private:
         uint64_t fallbacks_unlinked = 0;     // fallbacks before any link existed
         uint64_t failures = 0;               // times it was marked down
         std::string last_failure;            // why, the last time
+        LinkKeys keys;                       // CURVE (public_key and this host's key pair), or plain
+        WorkerTrust trust;                   // verify_every sampling and the verdict
+        int bad_plan_streak = 0;             // bad_plan replies since the last result
+        uint64_t over_budget = 0;            // requests the worker refused as over its budget
     };
 
     Status hello(Worker & w);
+    nlohmann::json plan_json(size_t w) const;
+    void ensure_reply_room(Worker & w, const MoeRegion & r);
     Status check_identity(const Worker & w) const;
     Status check_layer(const Worker & w, const MoeRegion & r) const;
     std::vector<int> assigned_experts(size_t w, int n_expert) const;

@@ -12,7 +12,8 @@ namespace moezip {
 nlohmann::json DispatchHandler::workers_json() const {
     nlohmann::json j = disp_.stats_json();
     if (shadow_calls_ > 0) {
-        j.push_back({{"shadow", {{"calls", shadow_calls_}, {"max_abs_err", shadow_max_abs_}, {"min_cosine", shadow_min_cos_}}}});
+        j.push_back({{"shadow", {{"calls", shadow_calls_}, {"max_abs_err", shadow_max_abs_}, {"min_cosine", shadow_min_cos_},
+                                 {"exceeded", shadow_exceeded_}}}});
     }
     return j;
 }
@@ -45,6 +46,21 @@ void DispatchHandler::shadow_check(const MoeRegion & r) {
     shadow_max_abs_ = std::max(shadow_max_abs_, max_abs);
     shadow_min_cos_ = std::min(shadow_min_cos_, cos);
     slots_.swap(saved_slots);
+    double scale = 1;
+    for (int64_t i = 0; i < n * E; ++i) scale = std::max(scale, (double) std::fabs(shadow_out_[i]));
+    if (!(max_abs <= cfg_.dispatch.verify_max_abs * scale) || cos < cfg_.dispatch.verify_min_cosine) {
+        // every worker's part was verified on this call: what is left is this host's own arithmetic
+        ++shadow_exceeded_;
+        LOG_CAPPED(LogLevel::error, "layer %d: shadow check: max abs difference %.3g, cosine %.9f beyond the verify tolerances",
+                   r.il, max_abs, cos);
+    }
+}
+
+bool DispatchHandler::accept_part(size_t w, const void * theirs, const float * here, size_t n, bool exact, const std::string & what) {
+    const PartComparison c = exact ? part_compare_exact(theirs, here, n)
+                                   : part_compare_close(theirs, here, n, cfg_.dispatch.verify_max_abs, cfg_.dispatch.verify_min_cosine);
+    disp_.record_verify(w, c, what);
+    return c.equal;
 }
 
 MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply) {
@@ -133,6 +149,21 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                    data.size() != (size_t) (b.count * E) * sizeof(float)))
             rs = Status::corruption(link.endpoint() + ": result does not match the request");
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
+        if (disp_.verify_due(p.first)) {
+            verify_buf_.resize((size_t) (b.count * E));
+            st = compute_rows_into(r, region_expert_weights(r), b.first, b.count, verify_buf_.data());
+            if (!st) return st;
+            const std::string what = "layer " + std::to_string(r.il) + " rows " + std::to_string(b.first) + "-" +
+                                     std::to_string(b.first + b.count - 1);
+            if (!accept_part(p.first, data.data(), verify_buf_.data(), verify_buf_.size(), /*exact =*/ true, what)) {
+                memcpy(out + b.first * E, verify_buf_.data(), verify_buf_.size() * sizeof(float));
+                disp_.count_fallback(p.first);
+                c.fallbacks += 1;
+                c.local_rows += b.count;
+                c.local_slots += b.count * k;
+                continue;
+            }
+        }
         memcpy(out + b.first * E, data.data(), data.size());
         link.stats().rows += b.count;
         link.stats().pairs += b.count * k;

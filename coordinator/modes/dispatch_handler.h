@@ -15,6 +15,11 @@
 //           of down are split into partial sums): shadow_every = N measures the difference.
 // In both, requests go out before the local part is computed (overlap), and a failed worker's part
 // is computed here (on_worker_error = "local") or the compute fails ("abort").
+// Untrusted results (docs/security.md): with verify_every = N one result in every N of each worker
+// is also computed here before it is used, and compared bit for bit (rows, experts exact) or within
+// dispatch.verify_max_abs / verify_min_cosine (shard, experts partial). A shadow call (shadow_every)
+// verifies every worker's part the same way before it measures the whole region. A mismatch: this
+// host's part is used, the worker is untrusted (Dispatcher::record_verify), a fallback is counted.
 #pragma once
 
 #include "coordinator/dispatch/dispatcher.h"
@@ -58,6 +63,10 @@ protected:
     /// difference and the smallest cosine against what r.out holds now; r.out is left unchanged.
     /// For combines that are not bit-identical (experts partial, shard).
     void shadow_check(const MoeRegion & r);
+    /// Compares worker w's part `theirs` (n f32, possibly unaligned) with `here`, this host's
+    /// computation of the same part: bit-exact or within the verify tolerances; records the verdict
+    /// (a mismatch makes w untrusted). True when `theirs` may be used.
+    bool accept_part(size_t w, const void * theirs, const float * here, size_t n, bool exact, const std::string & what);
 
     const Config & cfg_;
     Dispatcher disp_;
@@ -67,8 +76,9 @@ protected:
     std::vector<float> slots_;
     // shadow checks of the combines that are not bit-identical
     std::vector<float> shadow_out_;
-    uint64_t shadow_calls_ = 0;
+    uint64_t shadow_calls_ = 0, shadow_exceeded_ = 0;
     double shadow_max_abs_ = 0, shadow_min_cos_ = 1;
+    std::vector<float> verify_buf_;  // this host's computation of a worker's part being verified
 };
 
 class RowsHandler : public DispatchHandler {
@@ -101,7 +111,8 @@ public:
 private:
     struct Part;  // one worker's request of one call
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
-    Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
+    Status merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call);
+    bool verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st);
     /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages
     /// of the experts w owns in that layer (coordinator/modes/weight_release.h).
     void release_unowned(const MoeRegion & r, size_t w);

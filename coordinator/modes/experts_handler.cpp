@@ -53,9 +53,34 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     return Status::ok();
 }
 
+// Computes worker w's part here and compares it with what the worker sent (exact: its per-slot
+// outputs bit for bit; partial: its per-row sums within the tolerances). This host's per-slot values
+// are left in slots_ either way. False with st ok: the worker's part must not be used.
+bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st) {
+    st = compute_pairs_here(r, p.pairs);  // pair_out_: [n_embd, pairs] in (row, slot) order, as the worker's slots
+    if (!st) return false;
+    const int64_t E = r.n_embd;
+    const std::string what = "layer " + std::to_string(r.il) + ", " + std::to_string(p.pairs.size()) + " slots of " +
+                             std::to_string(p.rows.size()) + " rows";
+    if (exact) return accept_part(w, p.result.data(), pair_out_.data(), (size_t) E * p.pairs.size(), true, what);
+    // the worker's row sums: per row, its first slot copied and the next ones added in slot order
+    verify_buf_.assign((size_t) E * p.rows.size(), 0.0f);
+    size_t row = 0;
+    for (size_t q = 0; q < p.pairs.size(); ++q) {
+        const bool first = q == 0 || p.pairs[q].first != p.pairs[q - 1].first;
+        if (first && q > 0) ++row;
+        float * o = &verify_buf_[row * E];
+        const float * v = &pair_out_[q * E];
+        for (int64_t j = 0; j < E; ++j) o[j] = first ? v[j] : o[j] + v[j];
+    }
+    return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), false, what);
+}
+
 Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;
+    // partial combine: a shadow call verifies every worker's part before it measures the whole region
+    const bool shadow_call = !exact && cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0;
     auto t0 = std::chrono::steady_clock::now();
     if ((int64_t) owners_.size() != r.n_expert) {
         Status cov = config_check_expert_coverage(cfg_, (int) r.n_expert);
@@ -118,6 +143,18 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                        (exact && rh.n_pairs != (int32_t) p.pairs.size())))
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
+                const bool due = disp_.verify_due(w);
+                if (due || shadow_call) {
+                    released_.erase({r.plan_id, w});  // the check read its experts here: drop them again below
+                    Status vs;
+                    if (!verify_part(r, w, p, exact, vs)) {
+                        if (!vs) return vs;
+                        disp_.count_fallback(w);  // this host's values (in slots_) are used, p.done stays false
+                        c.fallbacks += 1;
+                        c.local_slots += p.pairs.size();
+                        continue;
+                    }
+                }
                 p.done = true;
                 if (!released_.count({r.plan_id, w})) release_unowned(r, w);
                 link.stats().rows += p.rows.size();
@@ -151,10 +188,10 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         moe_sum_slots(slots_.data(), E, k, n, out);  // every slot in slot order: the engine's ADD chain
         return Status::ok();
     }
-    return merge_partial(r, parts);
+    return merge_partial(r, parts, shadow_call);
 }
 
-Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & parts) {
+Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     float * out = static_cast<float *>(r.out->data);
     // slots computed here (own experts and fallbacks) in slot order, then each worker's partial sum
@@ -176,7 +213,7 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
             for (int64_t j = 0; j < E; ++j) out[p.rows[i] * E + j] += row[j];
         }
     }
-    if (cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0) shadow_check(r);
+    if (shadow_call) shadow_check(r);
     return Status::ok();
 }
 

@@ -30,6 +30,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const std::vector<RowBlock> slices = split_ff(r.n_ff, block, shares);
     parts_.resize(slices.size());
     ff_frames_.resize(disp_.n_workers());
+    // a shadow call verifies every worker's slice before it measures the whole region
+    const bool shadow_call = cfg_.shard.shadow_every > 0 && ++calls_ % (uint64_t) cfg_.shard.shadow_every == 0;
     for (auto & p : parts_) p.resize((size_t) (E * n));
 
     // 1. every worker with a slice gets every row, and its slice as a fourth frame
@@ -68,6 +70,22 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))
             rs = Status::corruption(link.endpoint() + ": result does not match the request");
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
+        const bool due = disp_.verify_due(p.first);
+        if (due || shadow_call) {
+            const RowBlock & s = slices[p.first + 1];
+            verify_buf_.resize((size_t) (E * n));
+            Status vs = compute_rows_into(r, slice_weights(r, s), 0, n, verify_buf_.data());
+            if (!vs) return vs;
+            const std::string what = "layer " + std::to_string(r.il) + " n_ff slice " + std::to_string(s.first) + "-" +
+                                     std::to_string(s.first + s.count - 1);
+            if (!accept_part(p.first, data.data(), verify_buf_.data(), verify_buf_.size(), /*exact =*/ false, what)) {
+                parts_[p.first + 1].swap(verify_buf_);  // this host's slice: the same bits a trusted worker sends
+                disp_.count_fallback(p.first);
+                c.fallbacks += 1;
+                c.local_slots += n * k;
+                continue;
+            }
+        }
         memcpy(parts_[p.first + 1].data(), data.data(), data.size());
         link.stats().rows += n;
         link.stats().pairs += n * k;
@@ -95,7 +113,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         else for (int64_t j = 0; j < E * n; ++j) out[j] += p[j];
         first = false;
     }
-    if (cfg_.shard.shadow_every > 0 && ++calls_ % (uint64_t) cfg_.shard.shadow_every == 0) shadow_check(r);
+    if (shadow_call) shadow_check(r);
     return Status::ok();
 }
 

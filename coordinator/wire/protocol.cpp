@@ -106,6 +106,9 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::bad_layer: return "bad_layer";
         case ErrorCode::compute_failed: return "compute_failed";
         case ErrorCode::bad_instance: return "bad_instance";
+        case ErrorCode::over_budget: return "over_budget";
+        case ErrorCode::bad_plan: return "bad_plan";
+        case ErrorCode::out_of_memory: return "out_of_memory";
     }
     return "unknown";
 }

@@ -1,4 +1,4 @@
-// moezip wire protocol v2 (byte layout and rules: docs/protocol.md).
+// moezip wire protocol v3 (byte layout and rules: docs/protocol.md).
 //
 // Transport: ZeroMQ, coordinator DEALER -> worker ROUTER. Every message is multipart:
 //   frame 0: MsgHeader (136 bytes, little-endian, fixed layout pinned by static_asserts)
@@ -6,7 +6,10 @@
 // The receiver recomputes every hash and rejects a message whose header or frames disagree.
 //
 // Kinds and their data frames:
-//   hello       coord -> worker  [0] JSON: {"protocol":2, "ggml_commit", "cpu_variant", "cpu_build_id"}
+//   hello       coord -> worker  [0] JSON: {"protocol":3, "ggml_commit", "cpu_variant", "cpu_build_id",
+//                                "plan": what this coordinator will ask of this worker (mode, experts,
+//                                n_ff slice); the worker keeps it per connection and refuses compute
+//                                outside it (bad_plan)}
 //   hello_ok    worker -> coord  [0] JSON: the worker's identity (engine, model layers, experts served,
 //                                the process instance also carried by every reply header)
 //   compute     coord -> worker  [0] hidden  f32 [n_embd, n_rows]
@@ -31,9 +34,15 @@ namespace moezip {
 
 constexpr uint32_t kProtocolMagic = 0x505a454du;  // "MEZP" as little-endian bytes 'M','E','Z','P'
 /// v2: the header grew an `instance` field (136 bytes), and a worker refuses a compute request
-/// addressed to another instance (bad_instance). v1 peers are refused by version.
-constexpr uint16_t kProtocolVersion = 2;
+/// addressed to another instance (bad_instance). v3: the hello carries the coordinator's plan and a
+/// worker computes only what the plan of the connection allows (bad_plan); per-request budgets
+/// (over_budget) and allocation failures (out_of_memory) are error replies. Older peers are refused
+/// by version.
+constexpr uint16_t kProtocolVersion = 3;
 constexpr int kMaxDataFrames = 4;
+/// Parts of one message at most: the header and kMaxDataFrames data frames (a ROUTER's identity
+/// frame not counted). Receivers drop the parts beyond it and answer bad_frames.
+constexpr int kMaxMessageParts = 1 + kMaxDataFrames;
 /// Upper bounds a worker enforces before allocating anything (oversized counts are errors).
 constexpr int32_t kMaxRows = 1 << 20;
 constexpr int32_t kMaxEmbd = 1 << 16;
@@ -57,6 +66,9 @@ enum class ErrorCode : int32_t {
     bad_layer = 8,        ///< layer not in the model or not a MoE layer
     compute_failed = 9,   ///< ggml compute failed
     bad_instance = 10,    ///< compute addressed to another worker instance (the worker restarted or was replaced)
+    over_budget = 11,     ///< the request needs more rows, slots, bytes or scratch than the worker's per-request budget
+    bad_plan = 12,        ///< no hello with a plan on this connection, or compute outside it (experts, n_ff slice)
+    out_of_memory = 13,   ///< an allocation for the request failed; nothing was computed
 };
 
 /// Frame 0 of every message. 136 bytes, little-endian, no implicit padding.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <cerrno>
 #include <cstring>
 
@@ -52,8 +53,12 @@ zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::s
 void transport_stop_waiting() { g_stopping.store(true); }
 bool transport_stopping() { return g_stopping.load(std::memory_order_relaxed); }
 
-WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms)
-    : ctx_(ctx), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
+WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys)
+    : ctx_(ctx), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), keys_(std::move(keys)) {
+    std::random_device rd;
+    routing_id_.resize(16);
+    for (char & c : routing_id_) c = (char) (rd() & 0xff);
+    routing_id_[0] = (char) (routing_id_[0] | 1);  // routing ids starting with a zero byte are reserved
     open();
 }
 
@@ -65,7 +70,40 @@ void WorkerLink::open() {
     sock_.reset(new zmq::socket_t(ctx_, zmq::socket_type::dealer));
     sock_->set(zmq::sockopt::linger, 0);
     sock_->set(zmq::sockopt::immediate, 1);  // queue only to completed connections
+    sock_->set(zmq::sockopt::routing_id, zmq::const_buffer(routing_id_.data(), routing_id_.size()));
+    sock_->set(zmq::sockopt::maxmsgsize, max_reply_bytes_);
+    open_max_reply_bytes_ = max_reply_bytes_;
+    if (keys_.curve()) {
+        sock_->set(zmq::sockopt::curve_serverkey, keys_.server_public);
+        sock_->set(zmq::sockopt::curve_publickey, keys_.client.public_key);
+        sock_->set(zmq::sockopt::curve_secretkey, keys_.client.secret_key);
+    }
     sock_->connect(endpoint_);
+}
+
+// One message, part by part: at most kMaxMessageParts parts kept, the rest received and freed.
+Status WorkerLink::recv_parts(std::vector<zmq::message_t> & parts) {
+    uint64_t dropped = 0;
+    for (;;) {
+        zmq::message_t m;
+        zmq::recv_result_t got;
+        try {
+            got = sock_->recv(m, zmq::recv_flags::none);
+        } catch (const zmq::error_t & e) {
+            if (e.num() == EINTR) continue;  // a signal: the message is still there
+            throw;
+        }
+        if (!got) break;
+        const bool more = m.more();
+        if (parts.size() < (size_t) kMaxMessageParts) parts.push_back(std::move(m));
+        else ++dropped;
+        if (!more) break;
+    }
+    if (dropped == 0) return Status::ok();
+    stats_.parts_dropped += dropped;
+    ++stats_.errors;
+    return Status::corruption(endpoint_ + ": reply of " + std::to_string(parts.size() + dropped) + " parts, at most " +
+                              std::to_string(kMaxMessageParts) + ": dropped");
 }
 
 void WorkerLink::reset() {
@@ -92,8 +130,11 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
             if (g_stopping) return Status::io_error(endpoint_ + ": not sent, the process is exiting");
             ++stats_.timeouts;
             const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
+            const char * why = keys_.curve() ? " (it accepts connections but the CURVE handshake did not complete: is public_key this "
+                                               "worker's, and this host's public key in its --allow list?)"
+                                             : " (it accepts connections but did not complete ZeroMQ's handshake: does it require keys?)";
             return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
-                                   (cause.empty() ? " (it accepts connections but did not complete ZeroMQ's handshake)" : ": " + cause));
+                                   (cause.empty() ? std::string(why) : ": " + cause));
         }
         uint64_t bytes = 0;
         for (size_t i = 0; i < parts.size(); ++i) {
@@ -120,20 +161,8 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                 return Status::timeout(endpoint_ + ": no reply within " + std::to_string(timeout_ms_) + " ms");
             }
             std::vector<zmq::message_t> parts;
-            for (;;) {
-                zmq::message_t m;
-                zmq::recv_result_t got;
-                try {
-                    got = sock_->recv(m, zmq::recv_flags::none);
-                } catch (const zmq::error_t & e) {
-                    if (e.num() == EINTR) continue;  // a signal: the message is still there
-                    throw;
-                }
-                if (!got) break;
-                bool more = m.more();
-                parts.push_back(std::move(m));
-                if (!more) break;
-            }
+            Status capped = recv_parts(parts);
+            if (!capped) return capped;
             std::vector<const void *> ptrs;
             std::vector<size_t> sizes;
             for (auto & p : parts) {
@@ -171,8 +200,12 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             if (parts.size() > 1) data = std::move(parts[1]); else data.rebuild(0);
             if (h.kind == static_cast<uint16_t>(MsgKind::error)) {
                 ++stats_.errors;
-                return Status::io_error(endpoint_ + ": worker error " + error_code_name(static_cast<ErrorCode>(h.status)) + ": " +
-                                        std::string(static_cast<const char *>(data.data()), data.size()));
+                const ErrorCode code = static_cast<ErrorCode>(h.status);
+                const std::string text = endpoint_ + ": worker error " + error_code_name(code) + ": " +
+                                         std::string(static_cast<const char *>(data.data()), data.size());
+                if (code == ErrorCode::bad_plan) return Status::mismatch(text);
+                if (code == ErrorCode::over_budget) return Status::invalid_argument(text);
+                return Status::io_error(text);
             }
             return Status::ok();
         }

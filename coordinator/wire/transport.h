@@ -6,8 +6,15 @@
 // (the worker restarted or was replaced behind the same endpoint) is discarded and counted.
 // Frames are copied into ZeroMQ's own messages when sent: after a failed round trip ZeroMQ's I/O
 // thread may still be reading a request while the caller's buffers are gone.
+// Security (docs/security.md): with the worker's public key and this host's key pair the DEALER is a
+// CURVE client (encrypted, and the worker must hold the matching secret key); ZMQ_MAXMSGSIZE is the
+// largest reply this host expects (set_max_reply_bytes, applied when the socket is opened: libzmq
+// drops a connection that announces a larger frame before allocating it); at most kMaxMessageParts
+// parts of a reply are kept, the rest are read and freed at once. The DEALER has a random routing id
+// of its own, kept when the socket is reopened, so the worker keeps this link's plan across reconnects.
 #pragma once
 
+#include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
 
@@ -31,6 +38,7 @@ struct WorkerStats {
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
     uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
+    uint64_t parts_dropped = 0;     ///< reply parts beyond kMaxMessageParts, read and freed
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
     std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
@@ -45,9 +53,16 @@ struct FrameRef {
     size_t bytes;
 };
 
+/// CURVE settings of a link: both empty = plain ZeroMQ.
+struct LinkKeys {
+    std::string server_public;  ///< the worker's public key (Z85)
+    CurveKeyPair client;        ///< this host's key pair
+    bool curve() const { return !server_public.empty(); }
+};
+
 class WorkerLink {
 public:
-    WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms);
+    WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys = LinkKeys());
     ~WorkerLink();
 
     const std::string & endpoint() const { return endpoint_; }
@@ -58,6 +73,14 @@ public:
     /// The worker instance verified by the dispatcher (0: none yet; only hello may be sent then).
     void set_instance(uint64_t instance) { instance_ = instance; }
     uint64_t instance() const { return instance_; }
+    bool curve() const { return keys_.curve(); }
+    /// The largest reply frame accepted (ZMQ_MAXMSGSIZE), bytes; applied when the socket is next
+    /// opened (reset). Default kDefaultMaxReplyBytes.
+    void set_max_reply_bytes(int64_t bytes) { max_reply_bytes_ = bytes; }
+    int64_t max_reply_bytes() const { return max_reply_bytes_; }
+    /// The socket's ZMQ_MAXMSGSIZE now (what the open socket enforces).
+    int64_t max_reply_bytes_open() const { return open_max_reply_bytes_; }
+    static constexpr int64_t kDefaultMaxReplyBytes = int64_t(16) << 20;
 
     /// Sends header + frames; the frames' bytes are copied into ZeroMQ messages, so the caller's
     /// buffers may go away at once. Sets the header's frame sizes, hashes and instance first.
@@ -70,7 +93,9 @@ public:
     /// JSON). Errors: timeout; corruption (bad header or hash: counted); mismatch (a reply from
     /// another worker instance: counted in foreign_instance, the worker must be verified again);
     /// io_error (error reply: message and code; or the process is exiting, see
-    /// transport_stop_waiting). After any error the caller should reset().
+    /// transport_stop_waiting); an error reply bad_plan is a mismatch too (say hello again), and
+    /// over_budget is invalid_argument (the worker is fine, this request was too large for it).
+    /// After any other error the caller should reset().
     Status recv(uint64_t request_id, MsgHeader & h, zmq::message_t & data);
 
     /// Closes the socket (linger 0) and connects a fresh one.
@@ -78,6 +103,7 @@ public:
 
 private:
     void open();
+    Status recv_parts(std::vector<zmq::message_t> & parts);
 
     zmq::context_t & ctx_;
     std::string endpoint_;
@@ -86,6 +112,9 @@ private:
     std::chrono::steady_clock::time_point sent_at_;
     WorkerStats stats_;
     uint64_t instance_ = 0;
+    LinkKeys keys_;
+    int64_t max_reply_bytes_ = kDefaultMaxReplyBytes, open_max_reply_bytes_ = 0;
+    std::string routing_id_;  // random, kept across reopen
 };
 
 /// Makes every wait of every WorkerLink in this process return at once (within 50 ms) with

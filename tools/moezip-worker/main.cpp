@@ -1,22 +1,29 @@
 // moezip-worker: serves the routed-expert FFN computations of one GGUF model's MoE layers to moezip
-// coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/protocol.md; usage: docs/worker.md).
+// coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/protocol.md; usage: docs/worker.md;
+// keys and threat model: docs/security.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
 //                 [--threads N] [--mmap] [--config F.toml]
+//                 [--key DIR/moezip.key --allow COORDINATORS.pub ... | --insecure]
+//                 [--max-rows N] [--max-slots N] [--max-in-mib N] [--max-out-mib N] [--max-scratch-mib N]
+//   moezip-worker --keygen DIR      writes DIR/moezip.key (mode 0600) and DIR/moezip.pub, then exits
 //
 // Prints one line to stdout once the socket is bound and the experts are loaded:
 //   moezip-worker: serving <endpoint> experts <ranges> of <n_expert> (<n> MoE layers, <x> MiB of
-//   expert weights in memory, cpu <variant>)
+//   expert weights in memory, cpu <variant>, instance <hex>, curve <public key>|plain)
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
-// config; exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
+// config, keys that cannot be read, or a non-loopback bind without a key (and without --insecure);
+// exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_internal.h"  // config_endpoint_valid
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/log.h"
+#include "coordinator/wire/curve_keys.h"
 #include "tools/moezip-worker/worker_engine.h"
 #include "tools/moezip-worker/worker_fault.h"
 #include "tools/moezip-worker/worker_model.h"
 #include "tools/moezip-worker/worker_server.h"
+#include "tools/moezip-worker/worker_socket.h"
 
 #include <CLI/CLI.hpp>
 
@@ -34,6 +41,11 @@ struct WorkerSettings {
     std::vector<moezip::ExpertRange> experts;  ///< empty = all
     int threads = 1;
     bool use_mmap = false;
+    std::string key;                 ///< key file; "" = plain
+    std::vector<std::string> allow;  ///< public-key files of admitted coordinators
+    bool insecure = false;
+    int handshake_ms = 5000;
+    int64_t max_rows = 4096, max_slots = 32768, max_in_mib = 128, max_out_mib = 256, max_scratch_mib = 1024;
 };
 
 int fail(int code, const std::string & message) {
@@ -41,25 +53,86 @@ int fail(int code, const std::string & message) {
     return code;
 }
 
+void settings_from_config(const moezip::WorkerServerConfig & ws, WorkerSettings & s) {
+    if (!ws.model.empty()) s.model = ws.model;
+    if (!ws.bind.empty()) s.bind = ws.bind;
+    s.experts = ws.experts;
+    s.threads = ws.threads;
+    s.use_mmap = ws.mmap;
+    s.key = ws.key;
+    s.allow = ws.allow;
+    s.insecure = ws.insecure;
+    s.handshake_ms = ws.handshake_ms;
+    s.max_rows = ws.max_rows;
+    s.max_slots = ws.max_slots;
+    s.max_in_mib = ws.max_in_mib;
+    s.max_out_mib = ws.max_out_mib;
+    s.max_scratch_mib = ws.max_scratch_mib;
+}
+
+int keygen(const std::string & dir) {
+    moezip::CurveKeyPair pair;
+    std::string key_path, pub_path;
+    moezip::Status st = moezip::curve_keygen_write(dir, pair, key_path, pub_path);
+    if (!st) return fail(2, "--keygen: " + st.message());
+    printf("moezip-worker: wrote %s (key pair, mode 0600: keep it private) and %s (public key %s)\n", key_path.c_str(),
+           pub_path.c_str(), pair.public_key.c_str());
+    return 0;
+}
+
+// The key pair and allow-list, and whether this bind may be plain. Exit status 2 on refusal.
+int resolve_security(const WorkerSettings & s, moezip::WorkerServerOptions & opt) {
+    if (s.key.empty() && !s.allow.empty()) return fail(2, "--allow needs --key (this worker's key file)");
+    if (!s.key.empty()) {
+        if (!moezip::curve_available()) return fail(2, "--key: this libzmq has no CURVE support (zmq_has(\"curve\") is false)");
+        if (s.allow.empty()) return fail(2, "--key needs --allow FILE (the coordinators' public keys): without it every client key would be accepted");
+        moezip::Status st = moezip::curve_keypair_read(s.key, opt.key);
+        for (size_t i = 0; st && i < s.allow.size(); ++i) st = moezip::curve_public_keys_read(s.allow[i], opt.allow);
+        if (!st) return fail(2, st.message());
+        return 0;
+    }
+    if (moezip::worker_endpoint_is_loopback(s.bind)) return 0;
+    if (!s.insecure)
+        return fail(2, "--bind " + s.bind + " is not a loopback endpoint: refusing to serve without keys. Give --key and --allow "
+                       "(docs/security.md), or --insecure to serve anyone who can reach it");
+    fprintf(stderr, "moezip-worker: warning: --insecure: %s is not a loopback endpoint and has no keys: anyone who can reach it "
+                    "can use this compute service and read its model's shapes\n", s.bind.c_str());
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char ** argv) {
     CLI::App app{"moezip-worker: computes MoE experts of a GGUF model for moezip coordinators (ZeroMQ ROUTER).\n"
-                 "Binding a non-loopback address exposes an unauthenticated compute service to the network."};
-    std::string model, bind, experts_text, config_path;
-    int threads = 1;
-    bool use_mmap = false;
+                 "A non-loopback bind needs a CURVE key and an allow-list of coordinators (--key, --allow) or --insecure."};
+    std::string model, bind, experts_text, config_path, keygen_dir, key;
+    std::vector<std::string> allow;
+    int threads = 1, handshake_ms = 5000;
+    int64_t max_rows = 0, max_slots = 0, max_in = 0, max_out = 0, max_scratch = 0;
+    bool use_mmap = false, insecure = false;
     app.add_option("--model", model, "GGUF model file (or [worker_server] model)");
     app.add_option("--bind", bind, "endpoint to bind: tcp://127.0.0.1:5601 (default), tcp://127.0.0.1:* (any free port), ipc:///path");
     app.add_option("--experts", experts_text, "experts to serve, e.g. 0-63,96-127 (default: all)");
     app.add_option("--threads", threads, "compute threads (default 1)")->check(CLI::Range(1, 256));
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
+    app.add_option("--keygen", keygen_dir, "write a CURVE key pair to DIR/moezip.key (0600) and DIR/moezip.pub, then exit");
+    app.add_option("--key", key, "this worker's CURVE key file (from --keygen): serve only authenticated coordinators");
+    app.add_option("--allow", allow, "file of coordinator public keys admitted (a moezip.pub; repeatable)");
+    app.add_flag("--insecure", insecure, "allow a non-loopback bind without keys (anyone who reaches it may compute)");
+    app.add_option("--handshake-ms", handshake_ms, "close connections that do not complete the handshake in this time (default 5000)")
+        ->check(CLI::Range(100, 600000));
+    app.add_option("--max-rows", max_rows, "per-request budget: rows (default 4096)")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--max-slots", max_slots, "per-request budget: rows x n_used (default 32768)")->check(CLI::Range(1, 1 << 28));
+    app.add_option("--max-in-mib", max_in, "per-request budget: data received, MiB (default 128)")->check(CLI::Range(1, 65536));
+    app.add_option("--max-out-mib", max_out, "per-request budget: result, MiB (default 256)")->check(CLI::Range(1, 65536));
+    app.add_option("--max-scratch-mib", max_scratch, "per-request budget: compute buffers, MiB (default 1024)")->check(CLI::Range(1, 1 << 20));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
         return app.exit(e) == 0 ? 0 : 2;  // --help: 0; bad flags: CLI11 printed why (docs/worker.md: exit 2)
     }
+    if (app.count("--keygen")) return keygen(keygen_dir);
 
     WorkerSettings s;
     if (!config_path.empty()) {
@@ -67,17 +140,21 @@ int main(int argc, char ** argv) {
         moezip::Status st = moezip::config_load_file(config_path, cfg);
         if (!st) return fail(2, st.message());
         moezip::log_set_default(cfg.log);
-        const moezip::WorkerServerConfig & ws = cfg.worker_server;
-        if (!ws.model.empty()) s.model = ws.model;
-        if (!ws.bind.empty()) s.bind = ws.bind;
-        s.experts = ws.experts;
-        s.threads = ws.threads;
-        s.use_mmap = ws.mmap;
+        settings_from_config(cfg.worker_server, s);
     }
     if (app.count("--model")) s.model = model;
     if (app.count("--bind")) s.bind = bind;
     if (app.count("--threads")) s.threads = threads;
     if (app.count("--mmap")) s.use_mmap = use_mmap;
+    if (app.count("--key")) s.key = key;
+    if (app.count("--allow")) s.allow = allow;
+    if (app.count("--insecure")) s.insecure = insecure;
+    if (app.count("--handshake-ms")) s.handshake_ms = handshake_ms;
+    if (app.count("--max-rows")) s.max_rows = max_rows;
+    if (app.count("--max-slots")) s.max_slots = max_slots;
+    if (app.count("--max-in-mib")) s.max_in_mib = max_in;
+    if (app.count("--max-out-mib")) s.max_out_mib = max_out;
+    if (app.count("--max-scratch-mib")) s.max_scratch_mib = max_scratch;
     if (app.count("--experts")) {
         moezip::Status st = moezip::expert_ranges_parse(experts_text, s.experts);
         if (!st) return fail(2, "--experts " + experts_text + ": " + st.message());
@@ -92,8 +169,12 @@ int main(int argc, char ** argv) {
     opt.bind = s.bind;
     opt.n_threads = s.threads;
     opt.instance = moezip::worker_instance_new();
+    opt.handshake_ms = s.handshake_ms;
+    opt.budget = {s.max_rows, s.max_slots, s.max_in_mib << 20, s.max_out_mib << 20, s.max_scratch_mib << 20};
+    if (int rc = resolve_security(s, opt)) return rc;
     moezip::Status st = moezip::worker_faults_parse(getenv(moezip::kWorkerFaultEnv), opt.faults);
     if (!st) return fail(2, st.message());
+    const long fd_limit = moezip::worker_raise_fd_limit();
 
     moezip::WorkerEngine engine;
     st = moezip::worker_engine_load(engine);
@@ -101,20 +182,21 @@ int main(int argc, char ** argv) {
     moezip::WorkerModel weights;
     st = weights.load({s.model, s.experts, s.use_mmap});
     if (!st) return fail(1, st.message());
-    if (!moezip::worker_endpoint_is_loopback(s.bind))
-        fprintf(stderr, "moezip-worker: warning: %s is not a loopback endpoint: anyone who can reach it can use this "
-                        "unauthenticated compute service\n", s.bind.c_str());
 
     moezip::worker_install_signal_handlers();
     moezip::WorkerCounters counters;
     bool served = false;
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
-        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s)\n",
+        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s, "
+               "%s%s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
                s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str(),
-               moezip::hex64(opt.instance).c_str());
+               moezip::hex64(opt.instance).c_str(), opt.key.public_key.empty() ? "plain" : "curve ",
+               opt.key.public_key.c_str());
+        fprintf(stderr, "moezip-worker: per-request budget %s; %zu coordinator key%s admitted; descriptor limit %ld\n",
+                moezip::budget_describe(opt.budget).c_str(), opt.allow.size(), opt.allow.size() == 1 ? "" : "s", fd_limit);
         fflush(stdout);
     };
     st = moezip::worker_serve(opt, weights, engine, on_ready, counters);

@@ -69,31 +69,56 @@ Status WorkerCompute::validate_header(const MsgHeader & h, ErrorCode & code) con
     return Status::ok();
 }
 
-Status WorkerCompute::validate_ids(const MsgHeader & h, const int32_t * ids, ErrorCode & code) const {
+Status WorkerCompute::validate_ids(const MsgHeader & h, const int32_t * ids, const WorkerPlan & plan, ErrorCode & code) const {
     const int64_t n = (int64_t) h.n_used * h.n_rows;
     for (int64_t i = 0; i < n; ++i) {
         int32_t id;
         memcpy(&id, ids + i, sizeof id);  // the frame may be misaligned
+        const std::string where = " (row " + std::to_string(i / h.n_used) + ", slot " + std::to_string(i % h.n_used) + ")";
         if (id < -1 || id >= model_.n_expert())
-            return fail(code, ErrorCode::bad_expert, "expert id " + std::to_string(id) + " (row " + std::to_string(i / h.n_used) +
-                                                         ", slot " + std::to_string(i % h.n_used) + ") outside [-1, " +
+            return fail(code, ErrorCode::bad_expert, "expert id " + std::to_string(id) + where + " outside [-1, " +
                                                          std::to_string(model_.n_expert()) + ")");
         if (id >= 0 && !model_.serves(id))
-            return fail(code, ErrorCode::bad_expert, "expert " + std::to_string(id) + " (row " + std::to_string(i / h.n_used) +
-                                                         ", slot " + std::to_string(i % h.n_used) + ") is not served here (serving " +
+            return fail(code, ErrorCode::bad_expert, "expert " + std::to_string(id) + where + " is not served here (serving " +
                                                          expert_ranges_format(model_.served()) + ")");
+        if (id >= 0 && !worker_plan_allows_expert(plan, id))
+            return fail(code, ErrorCode::bad_plan, "expert " + std::to_string(id) + where + " is outside this connection's plan (" +
+                                                       worker_plan_describe(plan) + ")");
     }
     return Status::ok();
 }
 
-Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes,
-                               ErrorCode & code) const {
+// The n_ff units this request computes, and whether the plan allows that shape at all.
+Status WorkerCompute::validate_plan(const MsgHeader & h, const WorkerPlan & plan, int64_t & ff_count, ErrorCode & code) const {
+    const WorkerLayer * l = model_.layer(h.layer);
+    int64_t first = 0;
+    worker_plan_ff_range(plan, *l, api_.ggml_blck_size(l->down_exps->type), first, ff_count);
+    const bool shard = plan.mode == WorkerPlan::Mode::shard;
+    if (shard && h.n_frames != 4)
+        return fail(code, ErrorCode::bad_plan, "this connection's plan is " + worker_plan_describe(plan) + ": requests need its n_ff slice frame");
+    if (!shard && h.n_frames == 4)
+        return fail(code, ErrorCode::bad_plan, "an n_ff slice, but this connection's plan is " + worker_plan_describe(plan) +
+                                                   " (whole n_ff only)");
+    if (shard && ff_count == 0)
+        return fail(code, ErrorCode::bad_plan, "this connection's plan (" + worker_plan_describe(plan) + ") gives layer " +
+                                                   std::to_string(h.layer) + " no n_ff slice");
+    return Status::ok();
+}
+
+Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, const WorkerPlan & plan,
+                               const WorkerBudget & budget, RequestCost & cost, ErrorCode & code) const {
     Status st = validate_header(h, code);
+    if (!st) return st;
+    int64_t ff_count = 0;
+    st = validate_plan(h, plan, ff_count, code);
+    if (!st) return st;
+    cost = request_cost(h, ff_count);
+    st = budget_check(budget, cost, code);
     if (!st) return st;
     st = msg_frames_verify(h, n, frames, sizes, code);
     if (!st) return st;
     if (h.n_frames == 4) {
-        int64_t first = 0, count = 0;
+        int64_t first = 0, count = 0, want_first = 0, want_count = 0;
         slice_of(frames[3], first, count);
         const WorkerLayer * l = model_.layer(h.layer);
         const int64_t block = api_.ggml_blck_size(l->down_exps->type);
@@ -101,8 +126,13 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
             return fail(code, ErrorCode::bad_shape, "n_ff slice [" + std::to_string(first) + ", " + std::to_string(first + count) +
                                                         ") is empty, outside [0, " + std::to_string(l->n_ff) +
                                                         ") or not made of whole blocks of " + std::to_string(block));
+        worker_plan_ff_range(plan, *l, block, want_first, want_count);
+        if (first != want_first || count != want_count)
+            return fail(code, ErrorCode::bad_plan, "n_ff slice [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                                       ") is not the planned [" + std::to_string(want_first) + ", " +
+                                                       std::to_string(want_first + want_count) + ") (" + worker_plan_describe(plan) + ")");
     }
-    return validate_ids(h, static_cast<const int32_t *>(frames[1]), code);
+    return validate_ids(h, static_cast<const int32_t *>(frames[1]), plan, code);
 }
 
 void WorkerCompute::slice_of(const void * frame, int64_t & first, int64_t & count) {
@@ -174,7 +204,9 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     const int64_t n_pairs = compute_count_pairs(ids, n_used * n_rows);
     const bool want_slots = h.reply == static_cast<uint16_t>(ReplyKind::slots);
 
-    out.rebuild((size_t) (n_embd * (want_slots ? n_pairs : n_rows)) * sizeof(float));
+    // constructed, then moved: a message_t whose rebuild() failed must not be destroyed (its
+    // zmq_msg_close would read the content libzmq could not allocate)
+    out = zmq::message_t((size_t) (n_embd * (want_slots ? n_pairs : n_rows)) * sizeof(float));
     float * slots = static_cast<float *>(out.data());
     if (!want_slots) {
         slots_.resize((size_t) (n_embd * n_pairs));
@@ -216,6 +248,24 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     reply.glu_op = h.glu_op;
     msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());
     return Status::ok();
+}
+
+namespace {
+
+template <typename T>
+void release_if_larger(std::vector<T> & v, size_t keep_bytes) {
+    if (v.capacity() * sizeof(T) > keep_bytes) std::vector<T>().swap(v);
+}
+
+} // namespace
+
+void WorkerCompute::trim(size_t keep_bytes) {
+    release_if_larger(slots_, keep_bytes);
+    release_if_larger(pair_hidden_, keep_bytes);
+    release_if_larger(pair_weights_, keep_bytes);
+    release_if_larger(pair_ids_, keep_bytes);
+    for (auto & a : align_) release_if_larger(a, keep_bytes);
+    exec_.trim(keep_bytes);
 }
 
 } // namespace moezip

@@ -17,7 +17,9 @@
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
+#include "tools/moezip-worker/worker_budget.h"
 #include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/worker_plan.h"
 
 #include <zmq.hpp>
 
@@ -31,23 +33,32 @@ public:
     WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads) : model_(model), api_(api), exec_(api, n_threads) {}
 
     /// Checks everything about a compute request before anything is allocated or computed: frame
-    /// count (3, or 4 with an n_ff slice: 8 bytes, reply row_sums, whole blocks inside n_ff), dtypes
-    /// (f32, i32, f32[, i32]), layer (a MoE layer of the model), n_embd and n_ff (the
-    /// model's), 0 <= n_rows <= kMaxRows, 1 <= n_used <= kMaxUsed, reply kind, glu_op (SWIGLU,
-    /// GEGLU, REGLU, GEGLU_ERF, GEGLU_QUICK), frame sizes against the dims, received frames against
-    /// the header (sizes, XXH3-64), every id in [-1, n_expert) and every id >= 0 served here.
+    /// count (3, or 4 with an n_ff slice: 8 bytes, reply row_sums), dtypes (f32, i32, f32[, i32]),
+    /// layer (a MoE layer of the model), n_embd and n_ff (the model's), 0 <= n_rows <= kMaxRows,
+    /// 1 <= n_used <= kMaxUsed, reply kind, glu_op (SWIGLU, GEGLU, REGLU, GEGLU_ERF, GEGLU_QUICK),
+    /// frame sizes against the dims; then the connection's plan (an n_ff slice frame exactly when the
+    /// plan is shard) and the budget (worker_budget.h: `cost` gets the request's cost); then the
+    /// received frames against the header (sizes, XXH3-64), the slice (the planned one, whole
+    /// blocks), every id in [-1, n_expert), served here and allowed by the plan.
     /// `frames`/`sizes` are the n received data frames. On error `code` is the reply's ErrorCode
-    /// (bad_frames, bad_hash, bad_layer, bad_shape, bad_kind, bad_expert) and the message names the field.
-    Status validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, ErrorCode & code) const;
+    /// (bad_frames, bad_hash, bad_layer, bad_shape, bad_kind, bad_plan, over_budget, bad_expert) and
+    /// the message names the field.
+    Status validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, const WorkerPlan & plan,
+                    const WorkerBudget & budget, RequestCost & cost, ErrorCode & code) const;
 
     /// Computes a validated request. `reply` gets the result header (request_id, layer, dims,
     /// n_pairs, reply kind echoed; frame 0 size and hash set); `out` the result bytes.
-    /// Errors: io_error from ggml (reply compute_failed).
+    /// Errors: io_error from ggml (reply compute_failed). Allocation failures throw std::bad_alloc
+    /// or zmq::error_t (ENOMEM) and leave `out` empty (the caller answers out_of_memory).
     Status compute(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out);
+
+    /// Releases every buffer larger than keep_bytes (kept between requests otherwise).
+    void trim(size_t keep_bytes);
 
 private:
     Status validate_header(const MsgHeader & h, ErrorCode & code) const;
-    Status validate_ids(const MsgHeader & h, const int32_t * ids, ErrorCode & code) const;
+    Status validate_ids(const MsgHeader & h, const int32_t * ids, const WorkerPlan & plan, ErrorCode & code) const;
+    Status validate_plan(const MsgHeader & h, const WorkerPlan & plan, int64_t & ff_count, ErrorCode & code) const;
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
                          const float * weights, int64_t n_pairs, float * slots);

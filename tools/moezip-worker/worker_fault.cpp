@@ -32,13 +32,15 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
         int64_t n = 0;
         if (key == "corrupt_result" && eq == std::string::npos) {
             out.corrupt_result = true;
+        } else if (key == "tamper_result" && eq == std::string::npos) {
+            out.tamper_result = true;
         } else if (key == "exit_after" && parse_count(value, INT64_MAX, n)) {
             out.exit_after = n;
         } else if (key == "delay_ms" && parse_count(value, 600000, n)) {
             out.delay_ms = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, exit_after=N, delay_ms=0..600000)");
+                                            "' (known: corrupt_result, tamper_result, exit_after=N, delay_ms=0..600000)");
         }
     }
     return Status::ok();

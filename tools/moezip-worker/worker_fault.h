@@ -2,6 +2,9 @@
 // comma-separated list of:
 //   corrupt_result   flip one byte of each result data frame after its hash was computed (the
 //                    coordinator's hash check must catch it)
+//   tamper_result    add 0.5 to one value of each non-empty result and hash the changed frame (a
+//                    worker, or a man in the middle, that lies consistently: only the coordinator's
+//                    verification, verify_every, can catch it)
 //   exit_after=N     after answering N compute requests, _exit(1) on the next one without replying
 //                    (a worker dying mid-run)
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
@@ -19,6 +22,7 @@ constexpr const char * kWorkerFaultEnv = "MOEZIP_WORKER_FAULT";
 
 struct WorkerFaults {
     bool corrupt_result = false;
+    bool tamper_result = false;
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
 };

@@ -15,7 +15,7 @@ nlohmann::json tensor_json(const ggml_tensor * t) {
 
 } // namespace
 
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance) {
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance, const std::string & budget) {
     nlohmann::json layers = nlohmann::json::array();
     for (const WorkerLayer & l : model.layers()) {
         nlohmann::json digests = nlohmann::json::object();
@@ -35,6 +35,7 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                         {"cpu_build_id", engine.cpu_build_id},
                         {"experts", expert_ranges_format(model.served())},
                         {"n_expert", model.n_expert()},
+                        {"budget", budget},
                         {"layers", layers}};
     return j.dump();
 }

@@ -1,6 +1,6 @@
 // moezip-worker: the hello_ok JSON, the worker's identity (coordinator/wire/protocol.h):
-//   {"protocol": 2, "instance": "<16 hex digits>", "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
-//    "experts": "<ranges served>", "n_expert": E,
+//   {"protocol": 3, "instance": "<16 hex digits>", "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
+//    "experts": "<ranges served>", "n_expert": E, "budget": "<per-request limits, worker_budget.h>",
 //    "layers": [{"il", "n_embd", "n_ff", "n_expert",
 //                "tensors": [{"name", "type", "ne": [a, b, c]} for gate, up, down],
 //                "digests": {"<expert>": "<16 hex digits of expert_identity_digest_of>"}}]}
@@ -15,7 +15,8 @@
 
 namespace moezip {
 
-/// The hello_ok frame's text (compact JSON). `instance`: this process's instance id.
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance);
+/// The hello_ok frame's text (compact JSON). `instance`: this process's instance id; `budget`:
+/// budget_describe of its per-request limits (informational).
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance, const std::string & budget);
 
 } // namespace moezip

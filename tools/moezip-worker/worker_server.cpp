@@ -3,19 +3,24 @@
 #include "coordinator/base/log.h"
 #include "tools/moezip-worker/worker_compute.h"
 #include "tools/moezip-worker/worker_hello.h"
+#include "tools/moezip-worker/worker_plan.h"
+#include "tools/moezip-worker/worker_socket.h"
 
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <sys/random.h>
 #include <unistd.h>
 #include <vector>
+#include <xxhash.h>
 
 namespace moezip {
 
@@ -27,25 +32,38 @@ void on_signal(int) { g_stop = 1; }
 
 constexpr int kPollMs = 100;
 
-// One server: socket, compute state, counters.
+/// One received message: the peer's routing id and at most kMaxMessageParts parts.
+struct Incoming {
+    zmq::message_t identity;
+    std::vector<zmq::message_t> parts;
+    uint64_t dropped = 0;  ///< parts beyond kMaxMessageParts (read and freed one by one)
+};
+
+// One server: socket, compute state, per-connection plans, counters.
 class Server {
 public:
     Server(zmq::socket_t & sock, const WorkerServerOptions & opt, const WorkerModel & model, const WorkerEngine & engine,
            WorkerCounters & c)
-        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads), hello_(worker_hello_json(model, engine, opt.instance)), c_(c) {}
+        : sock_(sock), opt_(opt), model_(model), compute_(model, engine.api, opt.n_threads),
+          hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget))), c_(c) {}
 
-    void handle(std::vector<zmq::message_t> & parts);
+    void handle(Incoming & in);
 
 private:
-    void handle_compute(zmq::message_t & identity, const MsgHeader & h, int n, const void * const * frames, const size_t * sizes);
+    void handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size);
+    void handle_compute(Incoming & in, const MsgHeader & h, int n, const void * const * frames, const size_t * sizes);
+    Status compute_checked(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out, ErrorCode & code);
+    void apply_result_faults(MsgHeader & reply, zmq::message_t & out);
     void send_error(zmq::message_t & identity, const MsgHeader * h, ErrorCode code, const std::string & message);
     void send_reply(zmq::message_t & identity, MsgHeader & h, zmq::message_t * data);
 
     zmq::socket_t & sock_;
     const WorkerServerOptions & opt_;
+    const WorkerModel & model_;
     WorkerCompute compute_;
     std::string hello_;
     WorkerCounters & c_;
+    WorkerPlans plans_;
     std::chrono::steady_clock::time_point received_at_;  // of the request being handled (service_us)
     int64_t computes_answered_ = 0;
 };
@@ -74,7 +92,37 @@ void Server::send_error(zmq::message_t & identity, const MsgHeader * h, ErrorCod
     send_reply(identity, r, &text);
 }
 
-void Server::handle_compute(zmq::message_t & identity, const MsgHeader & h, int n, const void * const * frames, const size_t * sizes) {
+// Allocation failures of a validated request (a budget larger than this host's memory) are an
+// error reply, never the end of the process.
+Status Server::compute_checked(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out, ErrorCode & code) {
+    try {
+        Status st = compute_.compute(h, frames, reply, out);
+        if (!st) code = ErrorCode::compute_failed;
+        return st;
+    } catch (const std::bad_alloc &) {
+    } catch (const zmq::error_t & e) {
+        if (e.num() != ENOMEM) throw;
+    }
+    out = zmq::message_t();
+    compute_.trim(0);
+    budget_release_heap();
+    code = ErrorCode::out_of_memory;
+    return Status::io_error("out of memory computing this request (lower the worker's --max-scratch-mib or --max-out-mib)");
+}
+
+void Server::apply_result_faults(MsgHeader & reply, zmq::message_t & out) {
+    if (opt_.faults.tamper_result && out.size() >= sizeof(float)) {
+        float v;
+        char * p = static_cast<char *>(out.data()) + (out.size() / sizeof(float) / 2) * sizeof(float);
+        memcpy(&v, p, sizeof v);
+        v += 0.5f;
+        memcpy(p, &v, sizeof v);
+        msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());  // consistent: the hash cannot tell
+    }
+    if (opt_.faults.corrupt_result && out.size() > 0) static_cast<uint8_t *>(out.data())[out.size() / 2] ^= 0x01;
+}
+
+void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const void * const * frames, const size_t * sizes) {
     ++c_.compute;
     if (opt_.faults.exit_after >= 0 && computes_answered_ >= opt_.faults.exit_after) {
         fprintf(stderr, "moezip-worker: fault exit_after=%lld: exiting without a reply\n", (long long) opt_.faults.exit_after);
@@ -82,78 +130,111 @@ void Server::handle_compute(zmq::message_t & identity, const MsgHeader & h, int 
     }
     ++computes_answered_;
     if (h.instance != opt_.instance)
-        return send_error(identity, &h, ErrorCode::bad_instance,
+        return send_error(in.identity, &h, ErrorCode::bad_instance,
                           "request for worker instance " + hex64(h.instance) + ", this is instance " + hex64(opt_.instance) +
                               " (restarted or replaced): say hello and verify it first");
+    const WorkerPlan * plan = plans_.find(in.identity.to_string());
+    if (plan == nullptr)
+        return send_error(in.identity, &h, ErrorCode::bad_plan, "no hello with a plan on this connection: say hello first");
     ErrorCode code = ErrorCode::ok;
-    Status st = compute_.validate(h, n, frames, sizes, code);
+    RequestCost cost;
+    Status st = compute_.validate(h, n, frames, sizes, *plan, opt_.budget, cost, code);
     MsgHeader reply;
     zmq::message_t out;
-    if (st) {
-        st = compute_.compute(h, frames, reply, out);
-        if (!st) code = ErrorCode::compute_failed;
-    }
+    if (st) st = compute_checked(h, frames, reply, out, code);
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
-    if (!st) return send_error(identity, &h, code, st.message());
-    c_.rows += (uint64_t) h.n_rows;
-    c_.pairs += (uint64_t) reply.n_pairs;
-    if (opt_.faults.corrupt_result && out.size() > 0) static_cast<uint8_t *>(out.data())[out.size() / 2] ^= 0x01;
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received_at_).count();
-    reply.service_us = (uint32_t) std::min<int64_t>(us, UINT32_MAX);
-    send_reply(identity, reply, &out);
+    if (st) {
+        c_.rows += (uint64_t) h.n_rows;
+        c_.pairs += (uint64_t) reply.n_pairs;
+        apply_result_faults(reply, out);
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received_at_).count();
+        reply.service_us = (uint32_t) std::min<int64_t>(us, UINT32_MAX);
+        send_reply(in.identity, reply, &out);
+    } else {
+        send_error(in.identity, &h, code, st.message());
+    }
+    if (cost.scratch_bytes > kScratchKeepBytes) {  // one large request does not keep its memory
+        out = zmq::message_t();
+        in.parts.clear();
+        compute_.trim((size_t) kScratchKeepBytes);
+        budget_release_heap();
+        ++c_.trims;
+    }
 }
 
-void Server::handle(std::vector<zmq::message_t> & parts) {
-    ++c_.requests;
-    received_at_ = std::chrono::steady_clock::now();
-    for (size_t i = 1; i < parts.size(); ++i) c_.bytes_in += parts[i].size();
-    zmq::message_t & identity = parts[0];
-    if (parts.size() < 2) return send_error(identity, nullptr, ErrorCode::bad_frames, "empty message");
-    MsgHeader h;
+void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size) {
+    ++c_.hello;
+    const char * text = static_cast<const char *>(frame);
+    if (size > 0) LOG_DEBUG("hello from %.*s", (int) std::min<size_t>(size, 400), text);
+    nlohmann::json j = nlohmann::json::parse(text, text + size, nullptr, false);
+    WorkerPlan plan;
     ErrorCode code = ErrorCode::ok;
-    Status st = msg_header_parse(parts[1].data(), parts[1].size(), h, code);
-    if (!st) return send_error(identity, parts[1].size() == sizeof h ? &h : nullptr, code, st.message());
-    const int n = (int) parts.size() - 2;
-    std::vector<const void *> frames((size_t) std::max(n, 1));
-    std::vector<size_t> sizes((size_t) std::max(n, 1));
-    for (int i = 0; i < n; ++i) {
-        frames[i] = parts[i + 2].data();
-        sizes[i] = parts[i + 2].size();
-    }
-    const MsgKind kind = static_cast<MsgKind>(h.kind);
-    if (kind == MsgKind::compute) return handle_compute(identity, h, n, frames.data(), sizes.data());
-    if (kind != MsgKind::hello && kind != MsgKind::ping)
-        return send_error(identity, &h, ErrorCode::bad_kind, std::string("a worker does not accept '") + msg_kind_name(h.kind) + "' messages");
-    st = msg_frames_verify(h, n, frames.data(), sizes.data(), code);
-    if (!st) return send_error(identity, &h, code, st.message());
-    MsgHeader r = msg_header_make(kind == MsgKind::hello ? MsgKind::hello_ok : MsgKind::pong);
+    Status st = worker_plan_parse(j, model_, plan, code);
+    if (!st) return send_error(in.identity, &h, code, st.message());
+    plans_.set(in.identity.to_string(), std::move(plan));
+    MsgHeader r = msg_header_make(MsgKind::hello_ok);
     r.request_id = h.request_id;
-    if (kind == MsgKind::ping) {
-        ++c_.ping;
-        return send_reply(identity, r, nullptr);
-    }
-    ++c_.hello;  // the coordinator's own identity (frame 0) is informational: it decides whether it accepts ours
-    if (n > 0) LOG_DEBUG("hello from %.*s", (int) std::min<size_t>(sizes[0], 400), static_cast<const char *>(frames[0]));
     zmq::message_t json(hello_.data(), hello_.size());
     msg_header_set_frame(r, 0, WireType::none, json.data(), json.size());
-    send_reply(identity, r, &json);
+    send_reply(in.identity, r, &json);
 }
 
-// Waits up to kPollMs for input; false when interrupted or nothing arrived.
-bool wait_input(zmq::socket_t & sock) {
-    zmq_pollitem_t item = {sock.handle(), 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, kPollMs);
-    if (rc < 0 && zmq_errno() != EINTR) throw zmq::error_t();
-    return rc > 0;
+void Server::handle(Incoming & in) {
+    ++c_.requests;
+    received_at_ = std::chrono::steady_clock::now();
+    for (const zmq::message_t & p : in.parts) c_.bytes_in += p.size();
+    if (in.parts.empty()) return send_error(in.identity, nullptr, ErrorCode::bad_frames, "empty message");
+    MsgHeader h;
+    ErrorCode code = ErrorCode::ok;
+    Status st = msg_header_parse(in.parts[0].data(), in.parts[0].size(), h, code);
+    if (!st) return send_error(in.identity, in.parts[0].size() == sizeof h ? &h : nullptr, code, st.message());
+    if (in.dropped > 0)
+        return send_error(in.identity, &h, ErrorCode::bad_frames,
+                          "message of " + std::to_string(in.parts.size() + in.dropped) + " parts: at most " +
+                              std::to_string(kMaxMessageParts) + " (header and " + std::to_string(kMaxDataFrames) + " data frames)");
+    const int n = (int) in.parts.size() - 1;
+    const void * frames[kMaxDataFrames] = {};
+    size_t sizes[kMaxDataFrames] = {};
+    for (int i = 0; i < n; ++i) {
+        frames[i] = in.parts[i + 1].data();
+        sizes[i] = in.parts[i + 1].size();
+    }
+    const MsgKind kind = static_cast<MsgKind>(h.kind);
+    if (kind == MsgKind::compute) return handle_compute(in, h, n, frames, sizes);
+    if (kind != MsgKind::hello && kind != MsgKind::ping)
+        return send_error(in.identity, &h, ErrorCode::bad_kind, std::string("a worker does not accept '") + msg_kind_name(h.kind) + "' messages");
+    st = msg_frames_verify(h, n, frames, sizes, code);
+    if (!st) return send_error(in.identity, &h, code, st.message());
+    if (kind == MsgKind::hello) return handle_hello(in, h, n > 0 ? frames[0] : "", n > 0 ? sizes[0] : 0);
+    ++c_.ping;
+    MsgHeader r = msg_header_make(MsgKind::pong);
+    r.request_id = h.request_id;
+    send_reply(in.identity, r, nullptr);
+}
+
+// Reads one waiting message without blocking: false when none is waiting. Parts beyond
+// kMaxMessageParts are received and freed at once (libzmq hands over a multipart message only once
+// it has all of it, so this bounds what the worker keeps, not what libzmq held).
+bool recv_capped(zmq::socket_t & sock, Incoming & in, WorkerCounters & c) {
+    if (!sock.recv(in.identity, zmq::recv_flags::dontwait)) return false;
+    bool more = in.identity.more();
+    while (more) {
+        zmq::message_t part;
+        if (!sock.recv(part, zmq::recv_flags::dontwait)) break;  // never: the rest of a message is there
+        more = part.more();
+        if (in.parts.size() < (size_t) kMaxMessageParts) in.parts.push_back(std::move(part));
+        else { ++in.dropped; ++c.parts_dropped; }
+    }
+    return true;
 }
 
 // Receives and answers every message that is waiting. A signal (EINTR) just returns.
-void serve_pending(zmq::socket_t & sock, Server & server) {
+void serve_pending(zmq::socket_t & sock, Server & server, WorkerCounters & c) {
     while (!g_stop) {
-        std::vector<zmq::message_t> parts;
+        Incoming in;
         try {
-            if (!zmq::recv_multipart(sock, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
-            server.handle(parts);
+            if (!recv_capped(sock, in, c)) return;
+            server.handle(in);
         } catch (const zmq::error_t & e) {
             if (e.num() != EINTR) throw;
         } catch (const std::bad_alloc &) {
@@ -162,9 +243,16 @@ void serve_pending(zmq::socket_t & sock, Server & server) {
     }
 }
 
-Status serve_loop(zmq::socket_t & sock, Server & server) {
-    while (!g_stop)
-        if (wait_input(sock)) serve_pending(sock, server);
+Status serve_loop(zmq::socket_t & sock, SocketMonitor & monitor, Server & server, WorkerCounters & c) {
+    while (!g_stop) {
+        zmq_pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
+        const int rc = zmq_poll(items, 2, kPollMs);
+        if (rc < 0 && zmq_errno() != EINTR) throw zmq::error_t();
+        if (rc <= 0) continue;
+        if (items[1].revents & ZMQ_POLLIN) monitor.drain();
+        if (items[0].revents & ZMQ_POLLIN) serve_pending(sock, server, c);
+    }
+    monitor.drain();
     return Status::ok();
 }
 
@@ -190,24 +278,26 @@ Status worker_serve(const WorkerServerOptions & opt, const WorkerModel & model, 
                     const std::function<void(const std::string &)> & on_ready, WorkerCounters & counters) {
     zmq::context_t ctx(1);
     Status st = Status::ok();
-    {
+    const bool curve = !opt.key.secret_key.empty();
+    ZapHandler zap(ctx, opt.allow, counters.auth);
+    if (curve) st = zap.start();  // before the socket binds: a CURVE server without a handler admits every key
+    if (st) {
         zmq::socket_t sock(ctx, zmq::socket_type::router);
-        sock.set(zmq::sockopt::linger, 0);
-        if (opt.bind.rfind("tcp://[", 0) == 0) sock.set(zmq::sockopt::ipv6, 1);  // tcp://[::1]:port
-        // Largest legal data frame: ids/weights [kMaxUsed, kMaxRows] or hidden [n_embd, kMaxRows], 4 bytes each.
-        int64_t max_embd = kMaxUsed;
-        for (const WorkerLayer & l : model.layers()) max_embd = std::max<int64_t>(max_embd, l.n_embd);
-        sock.set(zmq::sockopt::maxmsgsize, max_embd * kMaxRows * 4);
+        std::unique_ptr<SocketMonitor> monitor;
         try {
+            worker_socket_configure(sock, {opt.bind, opt.key, opt.budget.max_in_bytes, opt.handshake_ms});
+            monitor.reset(new SocketMonitor(ctx, sock, counters.auth));
             sock.bind(opt.bind);
             Server server(sock, opt, model, engine, counters);
             on_ready(sock.get(zmq::sockopt::last_endpoint));
-            st = serve_loop(sock, server);
+            st = serve_loop(sock, *monitor, server, counters);
         } catch (const zmq::error_t & e) {
             st = Status::io_error(opt.bind + ": " + e.what());
         }
+        if (monitor) monitor->close();
         sock.close();  // sockets before the context (linger 0: nothing queued is kept)
     }
+    zap.stop();
     ctx.close();
     return st;
 }
@@ -220,15 +310,13 @@ std::string worker_counters_text(const WorkerCounters & c) {
         n_errors += c.errors[i];
         by_code += std::string(by_code.empty() ? "" : ", ") + error_code_name(static_cast<ErrorCode>(i)) + " " + std::to_string(c.errors[i]);
     }
+    const std::string auth = auth_counters_text(c.auth);
     return "requests " + std::to_string(c.requests) + " (hello " + std::to_string(c.hello) + ", compute " +
            std::to_string(c.compute) + ", ping " + std::to_string(c.ping) + "), rows " + std::to_string(c.rows) + ", pairs " +
            std::to_string(c.pairs) + ", bytes in " + std::to_string(c.bytes_in) + " out " + std::to_string(c.bytes_out) +
-           ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")");
-}
-
-bool worker_endpoint_is_loopback(const std::string & e) {
-    auto starts = [&](const char * p) { return e.rfind(p, 0) == 0; };
-    return starts("ipc://") || starts("inproc://") || starts("tcp://127.") || starts("tcp://localhost:") || starts("tcp://[::1]:");
+           ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")") +
+           (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
+           (c.trims ? ", buffers released " + std::to_string(c.trims) : "") + (auth.empty() ? "" : "; " + auth);
 }
 
 } // namespace moezip

@@ -4,12 +4,20 @@
 // [header, data...], we receive [identity, header, data...] and answer [identity, reply header,
 // data...] (coordinator/wire/protocol.h). Requests are served one at a time in arrival order. Every bad
 // message gets an `error` reply (header.status = ErrorCode, request_id echoed when the header was
-// readable, one frame of text) and the loop keeps serving. SIGTERM/SIGINT end the loop within the
-// poll timeout (100 ms); the socket is closed (linger 0) before the context.
+// readable, one frame of text) and the loop keeps serving. Parts beyond kMaxMessageParts are read
+// and dropped one by one, never kept (bad_frames). A hello must carry the coordinator's plan
+// (worker_plan.h), kept per connection; compute outside it is refused (bad_plan). Each compute is
+// checked against the per-request budget before anything is allocated (worker_budget.h); an
+// allocation failure is an out_of_memory reply. With a key the socket is a CURVE server and a ZAP
+// handler admits only allowed coordinator keys (worker_auth.h). SIGTERM/SIGINT end the loop within
+// the poll timeout (100 ms); the socket is closed (linger 0) before the context.
 #pragma once
 
+#include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
+#include "tools/moezip-worker/worker_auth.h"
+#include "tools/moezip-worker/worker_budget.h"
 #include "tools/moezip-worker/worker_engine.h"
 #include "tools/moezip-worker/worker_fault.h"
 #include "tools/moezip-worker/worker_model.h"
@@ -27,6 +35,9 @@ struct WorkerCounters {
     uint64_t rows = 0, pairs = 0;         ///< of answered compute requests
     uint64_t bytes_in = 0, bytes_out = 0; ///< header and data frames (identity frames not counted)
     uint64_t errors[16] = {};             ///< error replies by ErrorCode
+    uint64_t parts_dropped = 0;           ///< message parts beyond kMaxMessageParts, read and dropped
+    uint64_t trims = 0;                   ///< requests after which buffers were released (budget_release_heap)
+    AuthCounters auth;                    ///< handshakes and connections (worker_auth.h)
 };
 
 struct WorkerServerOptions {
@@ -34,6 +45,10 @@ struct WorkerServerOptions {
     int n_threads = 1;   ///< compute threads
     WorkerFaults faults; ///< test-only fault switches
     uint64_t instance = 0;  ///< this process's instance (worker_instance_new), in every reply header and hello_ok
+    WorkerBudget budget;    ///< per-request limits
+    CurveKeyPair key;       ///< this worker's CURVE key pair; empty = plain ZeroMQ
+    std::vector<std::string> allow;  ///< coordinator public keys (Z85) the ZAP handler admits (CURVE only)
+    int handshake_ms = 5000;         ///< ZMQ_HANDSHAKE_IVL (worker_socket.h)
 };
 
 /// A random non-zero 64-bit instance id for this worker process (getrandom; the clock and pid mixed
@@ -50,10 +65,8 @@ void worker_install_signal_handlers();
 Status worker_serve(const WorkerServerOptions & opt, const WorkerModel & model, const WorkerEngine & engine,
                     const std::function<void(const std::string &)> & on_ready, WorkerCounters & counters);
 
-/// One line: "requests N (hello H, compute C, ping P), rows R, pairs Q, bytes in X out Y, errors E (bad_magic 1, ...)".
+/// One line: "requests N (hello H, compute C, ping P), rows R, pairs Q, bytes in X out Y, errors E
+/// (bad_magic 1, ...)", then "; handshakes: ...; connections: ..." when any were counted.
 std::string worker_counters_text(const WorkerCounters & c);
-
-/// True for ipc://, inproc:// and tcp:// endpoints on 127.x.x.x, localhost or [::1].
-bool worker_endpoint_is_loopback(const std::string & endpoint);
 
 } // namespace moezip

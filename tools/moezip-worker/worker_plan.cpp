@@ -1,0 +1,112 @@
+#include "tools/moezip-worker/worker_plan.h"
+
+#include "coordinator/modes/split.h"
+
+#include <cmath>
+
+namespace moezip {
+
+namespace {
+
+Status refuse(ErrorCode & code, const std::string & why) {
+    code = ErrorCode::bad_plan;
+    return Status::invalid_argument("hello: plan " + why);
+}
+
+Status parse_shares(const nlohmann::json & plan, WorkerPlan & out, ErrorCode & code) {
+    auto shares = plan.find("shares");
+    auto slice = plan.find("slice");
+    if (shares == plan.end() || !shares->is_array() || shares->empty() || shares->size() > 1024)
+        return refuse(code, "mode shard needs \"shares\": 1..1024 numbers");
+    double sum = 0;
+    for (const auto & s : *shares) {
+        if (!s.is_number() || !std::isfinite(s.get<double>()) || s.get<double>() < 0 || s.get<double>() > 1)
+            return refuse(code, "shares must be numbers in [0, 1]");
+        out.shares.push_back(s.get<double>());
+        sum += out.shares.back();
+    }
+    if (std::fabs(sum - 1.0) > 1e-6) return refuse(code, "shares must sum to 1");
+    if (slice == plan.end() || !slice->is_number_integer() || slice->get<int64_t>() < 0 ||
+        slice->get<int64_t>() >= (int64_t) out.shares.size())
+        return refuse(code, "mode shard needs \"slice\": an index into shares");
+    out.slice = (int) slice->get<int64_t>();
+    return Status::ok();
+}
+
+} // namespace
+
+Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model, WorkerPlan & out, ErrorCode & code) {
+    out = WorkerPlan();
+    auto plan = hello.is_object() ? hello.find("plan") : hello.end();
+    if (!hello.is_object() || plan == hello.end() || !plan->is_object()) return refuse(code, "missing (the hello names no \"plan\" object)");
+    auto mode = plan->find("mode");
+    const std::string m = mode != plan->end() && mode->is_string() ? mode->get<std::string>() : "";
+    if (m == "rows") {
+        out.mode = WorkerPlan::Mode::rows;
+    } else if (m == "shard") {
+        out.mode = WorkerPlan::Mode::shard;
+        Status st = parse_shares(*plan, out, code);
+        if (!st) return st;
+    } else if (m == "experts") {
+        out.mode = WorkerPlan::Mode::experts;
+        auto experts = plan->find("experts");
+        if (experts == plan->end() || !experts->is_string()) return refuse(code, "mode experts needs \"experts\": ranges");
+        Status st = expert_ranges_parse(experts->get<std::string>(), out.experts);
+        if (!st || out.experts.empty()) return refuse(code, "experts \"" + experts->get<std::string>() + "\": " + (st ? "empty" : st.message()));
+        for (const ExpertRange & r : out.experts)
+            for (int e = r.first; e <= r.last; ++e)
+                if (!model.serves(e)) return refuse(code, "names expert " + std::to_string(e) + ", not served here");
+    } else {
+        return refuse(code, "mode \"" + m + "\" unknown (rows, experts, shard)");
+    }
+    code = ErrorCode::ok;
+    return Status::ok();
+}
+
+void worker_plan_ff_range(const WorkerPlan & p, const WorkerLayer & l, int64_t block, int64_t & first, int64_t & count) {
+    first = 0;
+    count = l.n_ff;
+    if (p.mode != WorkerPlan::Mode::shard) return;
+    count = 0;
+    if (block < 1 || l.n_ff % block != 0) return;  // the coordinator cannot shard this layer either
+    const std::vector<RowBlock> slices = split_ff(l.n_ff, block, p.shares);
+    first = slices[p.slice].first;
+    count = slices[p.slice].count;
+}
+
+bool worker_plan_allows_expert(const WorkerPlan & p, int32_t e) {
+    return p.mode != WorkerPlan::Mode::experts || expert_ranges_contains(p.experts, e);
+}
+
+std::string worker_plan_describe(const WorkerPlan & p) {
+    switch (p.mode) {
+        case WorkerPlan::Mode::rows: return "rows";
+        case WorkerPlan::Mode::experts: return "experts " + expert_ranges_format(p.experts);
+        case WorkerPlan::Mode::shard:
+            return "shard slice " + std::to_string(p.slice) + " of " + std::to_string(p.shares.size());
+    }
+    return "?";
+}
+
+void WorkerPlans::set(const std::string & peer, WorkerPlan plan) {
+    auto it = index_.find(peer);
+    if (it != index_.end()) {
+        plans_.erase(it->second);
+        index_.erase(it);
+    }
+    plans_.emplace_front(peer, std::move(plan));
+    index_[peer] = plans_.begin();
+    if (plans_.size() > kMaxPlans) {
+        index_.erase(plans_.back().first);
+        plans_.pop_back();
+    }
+}
+
+const WorkerPlan * WorkerPlans::find(const std::string & peer) {
+    auto it = index_.find(peer);
+    if (it == index_.end()) return nullptr;
+    plans_.splice(plans_.begin(), plans_, it->second);  // most recently used first; iterators stay valid
+    return &plans_.front().second;
+}
+
+} // namespace moezip

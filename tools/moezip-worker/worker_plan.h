@@ -1,0 +1,72 @@
+// moezip-worker: the plan each coordinator states in its hello, and the per-connection table of
+// plans. A worker computes for a connection only what its plan allows:
+//   {"mode": "rows"}                                   whole n_ff, any served expert
+//   {"mode": "experts", "experts": "0-3"}              whole n_ff, only those experts (all served here)
+//   {"mode": "shard", "shares": [0.5, 0.25, 0.25], "slice": 1}
+//                                                      only slice `slice` of split_ff(n_ff, block,
+//                                                      shares) of every layer (coordinator/modes/split.h),
+//                                                      every served expert
+// A compute request outside the plan (an n_ff slice frame where none is planned, another slice, an
+// expert outside the planned set) or on a connection without a plan gets a bad_plan error reply.
+// So a peer cannot pick one-block slices of n_ff or single experts at will to take an expert's
+// weights apart from its outputs; it gets the shapes its coordinator's configuration gives.
+// Connections are told apart by the ROUTER's routing id (a coordinator that reconnects says hello
+// again); the table keeps the most recently used kMaxPlans connections.
+#pragma once
+
+#include "coordinator/config/expert_range.h"
+#include "coordinator/base/status.h"
+#include "coordinator/wire/protocol.h"
+#include "tools/moezip-worker/worker_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+struct WorkerPlan {
+    enum class Mode { rows, experts, shard };
+    Mode mode = Mode::rows;
+    std::vector<ExpertRange> experts;  ///< experts mode: the experts this connection may ask for
+    std::vector<double> shares;        ///< shard mode: every host's share of n_ff, in slice order
+    int slice = -1;                    ///< shard mode: this worker's slice in `shares`
+};
+
+/// Connections remembered at most (least recently used forgotten first).
+constexpr size_t kMaxPlans = 256;
+
+/// Reads hello JSON's "plan" against this worker's model. Errors (invalid_argument, code
+/// bad_plan): no plan, unknown mode, experts that are not ranges or not all served here, shares
+/// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), a slice index outside them.
+Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model, WorkerPlan & out, ErrorCode & code);
+
+/// The n_ff units [first, first + count) plan `p` allows for layer `l` whose down weights have
+/// `block` units per quantization block: the whole n_ff, or the planned slice (count 0: this
+/// worker's share of that layer is empty).
+void worker_plan_ff_range(const WorkerPlan & p, const WorkerLayer & l, int64_t block, int64_t & first, int64_t & count);
+
+/// True when `p` lets the connection ask for expert `e` (served-ness is checked separately).
+bool worker_plan_allows_expert(const WorkerPlan & p, int32_t e);
+
+/// "rows", "experts 0-3", "shard slice 1 of 3" (for messages).
+std::string worker_plan_describe(const WorkerPlan & p);
+
+/// The per-connection plans, keyed by routing id.
+class WorkerPlans {
+public:
+    void set(const std::string & peer, WorkerPlan plan);
+    /// The plan of `peer` (marked as recently used), or nullptr.
+    const WorkerPlan * find(const std::string & peer);
+    size_t size() const { return plans_.size(); }
+
+private:
+    std::list<std::pair<std::string, WorkerPlan>> plans_;  // most recently used first
+    std::map<std::string, std::list<std::pair<std::string, WorkerPlan>>::iterator> index_;
+};
+
+} // namespace moezip
