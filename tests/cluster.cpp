@@ -19,9 +19,15 @@ uint64_t sum_layers(const nlohmann::json & report, const char * key) {
     return s;
 }
 
+uint64_t worker_counter(const std::string & text, const std::string & label) {
+    const size_t at = text.find(label + " ");
+    return at == std::string::npos ? 0 : strtoull(text.c_str() + at + label.size() + 1, nullptr, 10);
+}
+
 bool Cluster::start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
-                           const std::map<std::string, std::string> & env) {
+                           const std::map<std::string, std::string> & env, const std::vector<std::string> & extra_args) {
     std::vector<std::string> args = {"--model", model, "--bind", endpoint, "--threads", "1"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     if (!experts.empty()) {
         args.push_back("--experts");
         args.push_back(experts);

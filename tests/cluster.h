@@ -20,15 +20,20 @@ nlohmann::json load_json(const std::string & path);
 /// The sum of one counter over a moezip report's layers (e.g. "fallbacks", "remote_slots").
 uint64_t sum_layers(const nlohmann::json & report, const char * key);
 
+/// The number after `label` in a moezip-worker counters line ("... key refused 2, ..." -> 2); 0 when
+/// the label is absent.
+uint64_t worker_counter(const std::string & text, const std::string & label);
+
 /// Workers of one test, stopped (SIGKILL) when the cluster goes out of scope.
 struct Cluster {
     std::string dir;
     std::vector<std::unique_ptr<WorkerProcess>> workers;
 
-    /// Starts moezip-worker on `model` at `endpoint` ("" experts = all), one thread. Fails the test
+    /// Starts moezip-worker on `model` at `endpoint` ("" experts = all), one thread, plus
+    /// `extra_args` (e.g. --key, --allow). Fails the test
     /// (EXPECT) and returns false when it does not come up.
     bool start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
-                      const std::map<std::string, std::string> & env = {});
+                      const std::map<std::string, std::string> & env = {}, const std::vector<std::string> & extra_args = {});
 };
 
 /// Writes <dir>/<name>.toml: `no_repack = true`, `report = "<dir>/<name>.json"`, then `body`.

@@ -116,8 +116,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
 }
 
 void MoeExecutor::trim(size_t keep_bytes) {
-    if (scratch_.capacity() > keep_bytes) std::vector<uint8_t>().swap(scratch_);
-    if (work_.capacity() > keep_bytes) std::vector<uint8_t>().swap(work_);
+    if (scratch_.capacity() > keep_bytes || keep_bytes == 0) std::vector<uint8_t>().swap(scratch_);
+    if (work_.capacity() > keep_bytes || keep_bytes == 0) std::vector<uint8_t>().swap(work_);
 }
 
 void moe_sum_slots(const float * slots, int64_t n_embd, int64_t k, int64_t n_rows, float * out) {

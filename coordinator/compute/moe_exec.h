@@ -69,6 +69,8 @@ public:
     /// Releases the scratch and work buffers when they hold more than keep_bytes each (they only
     /// grow otherwise: one large batch would keep its memory for the life of the process).
     void trim(size_t keep_bytes);
+    /// Bytes held by the scratch and work buffers now.
+    size_t scratch_bytes() const { return scratch_.capacity() + work_.capacity(); }
 
 private:
     const GgmlApi & api_;

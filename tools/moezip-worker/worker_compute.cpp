@@ -254,7 +254,7 @@ namespace {
 
 template <typename T>
 void release_if_larger(std::vector<T> & v, size_t keep_bytes) {
-    if (v.capacity() * sizeof(T) > keep_bytes) std::vector<T>().swap(v);
+    if (v.capacity() * sizeof(T) > keep_bytes || (keep_bytes == 0 && v.capacity() > 0)) std::vector<T>().swap(v);
 }
 
 } // namespace
@@ -266,6 +266,10 @@ void WorkerCompute::trim(size_t keep_bytes) {
     release_if_larger(pair_ids_, keep_bytes);
     for (auto & a : align_) release_if_larger(a, keep_bytes);
     exec_.trim(keep_bytes);
+    size_t kept = (slots_.capacity() + pair_hidden_.capacity() + pair_weights_.capacity()) * sizeof(float) +
+                  pair_ids_.capacity() * sizeof(int32_t) + exec_.scratch_bytes();
+    for (auto & a : align_) kept += a.capacity();
+    if (kept > keep_bytes && keep_bytes > 0) trim(0);  // what is left must fit in keep_bytes as a whole
 }
 
 } // namespace moezip

@@ -52,7 +52,8 @@ public:
     /// or zmq::error_t (ENOMEM) and leave `out` empty (the caller answers out_of_memory).
     Status compute(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out);
 
-    /// Releases every buffer larger than keep_bytes (kept between requests otherwise).
+    /// Releases every buffer larger than keep_bytes, and all of them when the rest still holds more
+    /// than keep_bytes (they are kept between requests otherwise); 0 releases everything.
     void trim(size_t keep_bytes);
 
 private:

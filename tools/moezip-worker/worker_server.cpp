@@ -37,7 +37,11 @@ struct Incoming {
     zmq::message_t identity;
     std::vector<zmq::message_t> parts;
     uint64_t dropped = 0;  ///< parts beyond kMaxMessageParts (read and freed one by one)
+    uint64_t bytes = 0;    ///< of every part, dropped ones included
 };
+
+/// A message this large makes the worker return freed heap memory to the system afterwards.
+constexpr uint64_t kReleaseAfterBytes = 16u << 20;
 
 // One server: socket, compute state, per-connection plans, counters.
 class Server {
@@ -222,6 +226,7 @@ bool recv_capped(zmq::socket_t & sock, Incoming & in, WorkerCounters & c) {
         zmq::message_t part;
         if (!sock.recv(part, zmq::recv_flags::dontwait)) break;  // never: the rest of a message is there
         more = part.more();
+        in.bytes += part.size();
         if (in.parts.size() < (size_t) kMaxMessageParts) in.parts.push_back(std::move(part));
         else { ++in.dropped; ++c.parts_dropped; }
     }
@@ -235,6 +240,10 @@ void serve_pending(zmq::socket_t & sock, Server & server, WorkerCounters & c) {
         try {
             if (!recv_capped(sock, in, c)) return;
             server.handle(in);
+            if (in.bytes >= kReleaseAfterBytes) {  // a large message (or many dropped parts) is not kept for life
+                in = Incoming();
+                budget_release_heap();
+            }
         } catch (const zmq::error_t & e) {
             if (e.num() != EINTR) throw;
         } catch (const std::bad_alloc &) {
