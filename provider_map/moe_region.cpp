@@ -123,15 +123,18 @@ bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used_ids,
     return true;
 }
 
-bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, std::string & why) {
-    std::string buft = buft_name ? buft_name(w) : std::string();
-    if (w->extra != nullptr || buft.find("REPACK") != std::string::npos) {
-        why = std::string(w->name) + " is repacked (buffer type " + (buft.empty() ? "?" : buft) +
-              "); set no_repack = true to keep expert weights in GGUF layout";
-        return false;
-    }
+// A weight the executor can compute with the engine's own kernels: in host memory, either in GGUF
+// layout or in a CPU "extra" buffer type whose tensor traits (tensor->extra) the CPU backend
+// dispatches to (CPU_REPACK: interleaved q4_0/q4_K/iq4_nl layouts, ggml/src/ggml-cpu/repack.cpp).
+bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, bool & repacked, std::string & why) {
     if (w->data == nullptr) {
         why = std::string(w->name) + " has no data in host memory";
+        return false;
+    }
+    const std::string buft = buft_name ? buft_name(w) : std::string();
+    repacked = w->extra != nullptr || buft.find("REPACK") != std::string::npos;
+    if (repacked && (w->extra == nullptr || w->buffer == nullptr)) {
+        why = std::string(w->name) + " is in buffer type " + (buft.empty() ? "?" : buft) + " without the kernel traits that compute it";
         return false;
     }
     return true;
@@ -192,8 +195,11 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         return false;
     }
     if (r.down_exps->ne[0] != r.n_ff || r.down_exps->ne[1] != r.n_embd || r.up_exps->ne[1] != r.n_ff) { why = "expert weight shapes disagree"; return false; }
-    for (ggml_tensor * w : {r.gate_exps, r.up_exps, r.down_exps})
-        if (!weight_ok(w, buft_name, why)) return false;
+    bool repacked[3] = {false, false, false};
+    ggml_tensor * const exps[3] = {r.gate_exps, r.up_exps, r.down_exps};
+    for (int i = 0; i < 3; ++i)
+        if (!weight_ok(exps[i], buft_name, repacked[i], why)) return false;
+    r.repacked = repacked[0] || repacked[1] || repacked[2];
     r.up = up; r.gate = gate; r.act = act; r.down = down; r.weighted = weighted;
     members = {up, gate, act, down, weighted};
     if (!collect_sum(out, weighted, r.n_used_ids, members, r.n_used, why)) return false;

@@ -20,9 +20,10 @@
 // before first_node.
 //
 // A region is "dispatchable" only when every node and edge matches this pattern exactly; any
-// variant (fused gate_up, biases, weighting before the FFN as in llama4, swiglu_oai, repacked
-// weights, nodes outside the region reading its intermediates ...) is reported with the reason
-// and left to the engine.
+// variant (fused gate_up, biases, weighting before the FFN as in llama4, swiglu_oai, nodes outside
+// the region reading its intermediates ...) is reported with the reason and left to the engine.
+// Expert weights may be in GGUF layout or repacked by the CPU backend (CPU_REPACK): moezip computes
+// with the engine's tensors, buffer and kernel traits included, so the repack kernels run.
 #pragma once
 
 #include "ggml.h"
@@ -59,6 +60,7 @@ struct MoeRegion {
     std::string reason;                  ///< why not dispatchable ("" when dispatchable)
     std::string pattern;                 ///< e.g. "up,gate,swiglu,down,weighted,sum8" ("sum2of8" in a warmup graph)
     uint64_t plan_id = 0;                ///< the provider plan this region was checked against (GraphRunner)
+    bool repacked = false;               ///< expert weights in a CPU extra buffer type (CPU_REPACK), not GGUF layout
 };
 
 /// Callback used to ask for a weight tensor's buffer type name (e.g. "CPU", "CPU_REPACK");

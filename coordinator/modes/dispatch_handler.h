@@ -81,6 +81,8 @@ class ShardHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// Repacked experts (CPU_REPACK) interleave the rows of every expert: no n_ff slice of them exists.
+    std::string refuses(const MoeRegion & r) const override;
 
 private:
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
