@@ -18,7 +18,8 @@ ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
 } // namespace
 
 std::string ShardHandler::refuses(const MoeRegion & r) const {
-    if (!r.repacked) return "";
+    std::string why = DispatchHandler::refuses(r);
+    if (!why.empty() || !r.repacked) return why;
     return "shard mode slices every expert's n_ff, but these experts are repacked (CPU_REPACK interleaves their rows): "
            "set no_repack = true, or use experts mode";
 }
