@@ -7,12 +7,6 @@
 
 namespace moezip {
 
-std::string hex64(uint64_t v) {
-    char buf[17];
-    snprintf(buf, sizeof buf, "%016llx", (unsigned long long) v);
-    return buf;
-}
-
 void Evidence::add_logits(const float * data, int64_t n_vocab, int64_t rows) {
     LogitsRecord r;
     r.index = logits.size();

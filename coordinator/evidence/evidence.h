@@ -5,6 +5,7 @@
 // and the XXH3-64 of every graph's logits output (`result_output`) with a rolling chain hash.
 #pragma once
 
+#include "coordinator/base/hex.h"
 #include "coordinator/base/status.h"
 #include "provider_map/provider_map.h"
 
@@ -68,7 +69,5 @@ struct Evidence {
 nlohmann::json evidence_to_json(const Evidence & ev, bool complete);
 /// Writes JSON to path atomically (tmp file + rename). Errors: io_error naming the path.
 Status report_write_atomic(const std::string & path, const nlohmann::json & j);
-/// 16 lowercase hex digits.
-std::string hex64(uint64_t v);
 
 } // namespace moezip

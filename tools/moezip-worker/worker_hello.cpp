@@ -15,7 +15,7 @@ nlohmann::json tensor_json(const ggml_tensor * t) {
 
 } // namespace
 
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine) {
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance) {
     nlohmann::json layers = nlohmann::json::array();
     for (const WorkerLayer & l : model.layers()) {
         nlohmann::json digests = nlohmann::json::object();
@@ -28,6 +28,7 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                           {"digests", digests}});
     }
     nlohmann::json j = {{"protocol", kProtocolVersion},
+                        {"instance", hex64(instance)},
                         {"ggml_version", engine.ggml_version},
                         {"ggml_commit", engine.ggml_commit},
                         {"cpu_variant", engine.cpu_variant},
