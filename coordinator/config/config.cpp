@@ -3,6 +3,8 @@
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_internal.h"
 
+#include <atomic>
+
 // toml++ checks its parser's own invariants with TOML_ASSERT: assert() (abort, exit 134) by default;
 // with NDEBUG nothing, and TOML_ASSERT_ASSUME becomes __builtin_assume (undefined behaviour when false).
 // Here a failed check throws, and load_impl makes it a config error naming the line. config_precheck
@@ -15,7 +17,11 @@ namespace {
 struct TomlCheckFailed {
     const char * expr;
 };
-[[noreturn]] void toml_check_failed(const char * expr) { throw TomlCheckFailed{expr}; }
+std::atomic<uint64_t> g_toml_checks_failed{0};
+[[noreturn]] void toml_check_failed(const char * expr) {
+    ++g_toml_checks_failed;
+    throw TomlCheckFailed{expr};
+}
 } // namespace
 } // namespace moezip
 
@@ -441,6 +447,8 @@ std::string syntax_problem(const std::string & text, const std::string & name, t
 }
 
 } // namespace
+
+uint64_t config_toml_checks_failed() { return g_toml_checks_failed.load(); }
 
 std::string config_toml_only(const std::string & text, const std::string & name) {
     toml::table root;

@@ -38,8 +38,8 @@ struct ConfigPrecheckIssue {
 /// false, with the first offending position in `issue`, for any non-ASCII character outside strings
 /// and comments (or after a backslash in a multi-line string), a table header whose name does not
 /// start with a bare-key character or a quote ("[}"), a '}' where an array expects a value
-/// ("[}", "[1, }"), a key of more than 16 dotted parts, or arrays and inline tables nested more than
-/// 16 deep. Every input it passes can be parsed by toml++ 3.3.0 without ending the process.
+/// ("[}", "[1, }"), a date-time without a digit after its 'T', a key of more than 16 dotted parts,
+/// or arrays and inline tables nested more than 16 deep. Every input it passes can be parsed by toml++ 3.3.0 without ending the process.
 bool config_precheck(const std::string & text, ConfigPrecheckIssue & issue);
 
 /// The code point of the UTF-8 sequence at s[i] (len = its bytes), or -1 (len = 1) when the bytes
@@ -54,6 +54,10 @@ std::string config_precheck_message(const std::string & text, const std::string 
 /// TOML_ASSERT an error: "" when it parses, else the message ("FILE:LINE: ..." for a failed check).
 /// Never give it a non-ASCII character outside strings (config_precheck.cpp, rule 1).
 std::string config_toml_only(const std::string & text, const std::string & name);
+
+/// How many toml++ internal checks (TOML_ASSERT) failed in this process, including the repeated
+/// ones that locate the line. config_precheck should keep this at 0; the fuzz target asserts it.
+uint64_t config_toml_checks_failed();
 
 /// Cross-field checks of a config whose fields are each valid (shares, ownership, endpoints).
 /// Appends to `issues`.
