@@ -119,6 +119,53 @@ TEST(ConfigPrecheck, KeyOfManyPartsIsAnErrorNotAStackOverflow) {
               std::string::npos) << st.message().substr(0, 300);
 }
 
+// Found by tests/fuzz/config_fuzz.cpp: toml++ reads a number, date or boolean up to a value terminator,
+// quotes included, and asks is_value_terminator of every character on the way; a quote there does not
+// start a string.
+TEST(ConfigPrecheck, QuoteInsideANumberOrDateDoesNotStartAString) {
+    Config cfg;
+    for (const char * value : {"1\"x\"\xc3\xa9", "8=\"o\"1979-05-\xc3\xa9r", "1979-05-27 07:32\"\xc3\xa9\"", "tru\"\xc3\xa9\""}) {
+        Status st = load(std::string("mode = \"observe\"\nthreads = ") + value + "\n", cfg);
+        ASSERT_FALSE(st.is_ok()) << value;
+        EXPECT_NE(st.message().find("p.toml:2:"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("threads: not valid TOML ('\xc3\xa9' (U+00E9) in a value that is not a string"), std::string::npos)
+            << st.message();
+    }
+    // in an array too, and a string after a value terminator is still a string
+    Status st = load("x = [1, 2\"\xc3\xa9\"]\n", cfg);
+    EXPECT_NE(st.message().find("(U+00E9) in a value that is not a string"), std::string::npos) << st.message();
+    st = load("report = \"\xc3\xa9.json\"\nthreads = 2 # \"\xc3\xa9\"\n", cfg);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(cfg.threads, 2);
+}
+
+// Found by tests/fuzz/config_fuzz.cpp: toml++ 3.3.0 asserts in parse_time when the character after
+// a date-time's 'T' is not a digit ...
+TEST(ConfigPrecheck, DateTimeWithoutDigitsAfterTOrSpaceIsNamed) {
+    Config cfg;
+    for (const char * value : {"1979-05-27Tw07:32:00Z", "1979-05-27t:07:32", "[1979-05-27Tx07:32]"}) {
+        Status st = load(std::string("x = ") + value + "\n", cfg);
+        EXPECT_NE(st.message().find("p.toml:1:"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("x: not valid TOML (a date-time needs the time's digits right after"), std::string::npos)
+            << value << ": " << st.message();
+    }
+    // ... and, in its scan for a date-time with a space, when a lone digit follows the space; the
+    // scan also reads on over the space, so a quote after it starts no string
+    for (const char * value : {"1979-05-27 1", "1979-05-ne 1", "[1979-05-27 1]", "1979-05-ne 1 \"\xc3\xa9\""}) {
+        Status st = load(std::string("x = ") + value + "\n", cfg);
+        EXPECT_NE(st.message().find("p.toml:1:"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("x: not valid TOML (a single digit after a value and a space"), std::string::npos)
+            << value << ": " << st.message();
+    }
+    for (const char * value : {"1979-05-ne 12\"\xc3\xa9\"", "1979-05-ne 1\"\xc3\xa9\""}) {
+        Status st = load(std::string("x = ") + value + "\n", cfg);
+        EXPECT_NE(st.message().find("(U+00E9) in a value that is not a string"), std::string::npos) << st.message();
+    }
+    Status st = load("x = 1979-05-27T07:32:00Z\ny = 1979-05-27 07:32:00\n", cfg);
+    EXPECT_EQ(st.message().find("date-time needs"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("p.toml:1: x: unknown key"), std::string::npos) << st.message();
+}
+
 TEST(ConfigPrecheck, InvalidUtf8OutsideStringsIsTheUtf8Message) {
     Config cfg;
     Status st = load("mode = \"observe\"\nx\xff = 1\n", cfg);
@@ -161,12 +208,14 @@ TEST(ConfigPrecheck, SyntaxErrorKeepsThePolicyKeysWrittenAboveIt) {
 // Without the precheck, toml++ 3.3.0 fails its own check on "mode = [}" (parse_value) and would have
 // called abort(); the guard makes that an error naming the file and line.
 TEST(ConfigToml, FailedInternalCheckIsANamedErrorNotAnAbort) {
+    const uint64_t failed_before = config_toml_checks_failed();
     std::string m = config_toml_only("report = \"r.json\"\n\nmode = [}\nthreads = 2\n", "t.toml");
     EXPECT_NE(m.find("t.toml:3: mode: not valid TOML (toml++ 3.3.0 stopped on an internal check: !is_value_terminator(*cp))"),
               std::string::npos) << m;
     m = config_toml_only("mode = \"observe\"\n[}\n", "t.toml");
     EXPECT_NE(m.find("t.toml:2: not valid TOML (toml++ 3.3.0 stopped on an internal check: "), std::string::npos) << m;
     EXPECT_EQ(config_toml_only("mode = \"observe\"\n", "t.toml"), "");
+    EXPECT_GT(config_toml_checks_failed(), failed_before);
 }
 
 // A long file with its error at the end: the message is built in one pass over the lines (it took

@@ -128,6 +128,17 @@ TEST(ConfigFile, SeveralProblemsAreAllReportedInLineOrder) {
     EXPECT_LT(b, c);
 }
 
+// Found by tests/fuzz/config_fuzz.cpp: toml++ echoes the line break it read ("saw 'tr<LF>'"), which
+// split one problem over two log lines, the second without file or prefix.
+TEST(ConfigFile, SyntaxErrorIsOneLineEvenWhenTomlppEchoesALineBreak) {
+    Config cfg;
+    Status st = config_load_string("mode = \"observe\"\nno_repack = tr\ne\n", "m.toml", cfg);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("m.toml:2:15: no_repack: not valid TOML (boolean: expected 'true', saw 'tr\\n') in line: no_repack = tr"),
+              std::string::npos) << st.message();
+}
+
 TEST(ConfigFile, RowsFixtureResolvesEveryField) {
     Config cfg = load_good("rows_two_workers.toml");
     EXPECT_EQ(cfg.mode, ConfigMode::rows);

@@ -12,17 +12,22 @@
 //    comments, so rule 1 rejects them there, and rejects them in those two string positions too.
 // 2. TOML_ASSERT in parser::parse_key: a table header whose name starts with a character that is
 //    neither a bare-key character nor a quote ("[}", "[.]", "[#", "[" alone on a line).
-// 3. TOML_ASSERT in parser::parse_value: '}' where an array expects a value ("mode = [}", "[1, }").
+// 3. TOML_ASSERT in parser::parse_value: '}' where an array expects a value ("mode = [}", "[1, }");
+//    in parser::parse_time: a date-time whose 'T' is not followed by a digit ("1979-05-27Tx07:32");
+//    in parse_value's scan: a date-like value, a space and a lone digit ("1979-05-27 1"); both
+//    found by tests/fuzz/config_fuzz.cpp.
 //    (config.cpp turns any TOML_ASSERT into an error instead of abort(); rules 2 and 3 keep it from
 //    firing, so the error can name line and column.)
 // 4. Recursion without a bound (update_region_ends, the table destructors) on a key of very many parts:
 //    "a.a.a...= 1" with 400000 parts overflows an 8 MiB stack. Keys are limited to 16 parts and
 //    arrays/inline tables to 16 levels (toml++'s own bound is 256 levels of values, not of keys).
 //
-// The lexer follows TOML 1.0 for what is a string, a comment, a table header, a key and a bracket.
-// On a prefix that toml++ accepts it classifies every byte as toml++ does; once the text is invalid,
-// toml++ stops at its first error and what the lexer thinks of later bytes does not matter (config.cpp
-// reports whichever problem comes first).
+// The lexer follows TOML 1.0 for what is a string, a comment, a table header, a key and a bracket,
+// and reads a value that is not a string, array or inline table (a number, date, boolean) as toml++
+// does: up to a value terminator, quotes included, before judging it ("x = 8=\"o...\"1979-05-\u00e9"
+// reached the unreachable through such a scan: found by tests/fuzz/config_fuzz.cpp). On a prefix that
+// toml++ accepts it classifies every byte as toml++ does; once toml++ meets an error it stops, and what
+// the lexer thinks of later bytes does not matter (config.cpp reports whichever problem comes first).
 #include "coordinator/config/config_internal.h"
 
 #include <cctype>
@@ -38,9 +43,22 @@ namespace {
 constexpr int kMaxNesting = 16;   // arrays and inline tables inside each other
 constexpr int kMaxKeyParts = 16;  // parts of one dotted key or table name
 
-enum class Lex { outside, comment, basic, literal, ml_basic, ml_literal };
+enum class Lex { outside, comment, basic, literal, ml_basic, ml_literal, bare_value };
 
 bool is_bare_key_char(unsigned char c) { return isalnum(c) || c == '_' || c == '-'; }
+
+// What ends a value that is not a string, array or inline table (toml++'s is_value_terminator, ASCII part).
+bool is_value_end(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == ']' || c == '}' || c == ',' || c == '#';
+}
+
+// "1979-05-27": a date, that a 'T' and a time may follow.
+bool is_date(const std::string & t) {
+    if (t.size() != 10 || t[4] != '-' || t[7] != '-') return false;
+    for (size_t k : {0, 1, 2, 3, 5, 6, 8, 9})
+        if (!isdigit((unsigned char) t[k])) return false;
+    return true;
+}
 
 class Lexer {
 public:
@@ -57,6 +75,7 @@ public:
                 case Lex::literal: single_line_end('\''); break;
                 case Lex::ml_basic: ok = ml_basic(); break;
                 case Lex::ml_literal: if (s_[i_] == '\'') ml_end('\''); else if (s_[i_] == '\n') newline(); break;
+                case Lex::bare_value: ok = bare_value(); break;
             }
             if (!ok) return false;
         }
@@ -90,7 +109,29 @@ private:
         ++line_;
         line_start_ = i_ + 1;
         line_started_ = false;
-        if (open_.empty()) in_key_ = false;
+        if (open_.empty()) in_key_ = expect_value_ = false;
+    }
+
+    // A value that is not a string, array or inline table, up to a value terminator (handed back to
+    // outside()). A date may go on after one space with its time ("1979-05-27 07:32:00"): toml++ reads
+    // on over a space and a digit after anything that looks like a date to it ("1979-05-ne 1"), so the
+    // lexer does after any value; a lone digit there trips a TOML_ASSERT in its scan.
+    bool bare_value() {
+        const unsigned char c = (unsigned char) s_[i_];
+        const bool time_follows = c == ' ' && i_ + 1 < s_.size() && isdigit((unsigned char) s_[i_ + 1]);
+        if (time_follows && i_ + 2 < s_.size() && is_value_end((unsigned char) s_[i_ + 2]))
+            return fail(i_ + 1, "a single digit after a value and a space; a date-time's time is HH:MM:SS");
+        if (is_value_end(c) && !time_follows) {
+            state_ = Lex::outside;
+            return outside();
+        }
+        if (c >= 0x80) return fail_non_ascii(i_, "in a value that is not a string: TOML values other than strings are ASCII, quote the text");
+        if (token_.size() == 11 && (token_[10] == 'T' || token_[10] == 't') && is_date(token_.substr(0, 10)) && !isdigit(c))
+            return fail(i_, "a date-time needs the time's digits right after '" + token_.substr(10, 1) + "' (1979-05-27T07:32:00)");
+        if (token_.size() < 16) token_ += (char) c;
+        prev_ = (char) c;
+        line_started_ = true;
+        return true;
     }
 
     void begin_key() {
@@ -110,6 +151,14 @@ private:
         if (c == ' ' || c == '\t' || c == '\r') return true;
         if (c == '#') { state_ = Lex::comment; return true; }
         if (c >= 0x80) return fail_non_ascii(i_, "outside a string or comment: TOML keys and values other than strings are ASCII, quote the text");
+        if (expect_value_ && !is_value_end(c) && c != '"' && c != '\'' && c != '[' && c != '{') {
+            // a number, date, boolean...: toml++ reads it up to a value terminator, quotes included
+            expect_value_ = false;
+            state_ = Lex::bare_value;
+            token_.clear();
+            return bare_value();
+        }
+        expect_value_ = false;
         const bool line_start = !line_started_;
         line_started_ = true;
         if (line_start && open_.empty() && c != '[') {
@@ -123,8 +172,11 @@ private:
         else if (c == '{') ok = open_nested('t');
         else if (c == ']') close('h', 'a');
         else if (c == '}') ok = close_table();
-        else if (c == '=') in_key_ = false;
-        else if (c == ',' && !open_.empty() && open_.back() == 't') begin_key();
+        else if (c == '=') {
+            in_key_ = false;
+            expect_value_ = true;
+        } else if (c == ',' && !open_.empty() && open_.back() == 't') begin_key();
+        else if (c == ',' && !open_.empty() && open_.back() == 'a') expect_value_ = true;
         else if (c == '.' && in_key_ && ++key_parts_ > kMaxKeyParts)
             ok = fail(i_, "a key of more than " + std::to_string(kMaxKeyParts) + " dotted parts; moezip's keys have at most 3");
         prev_ = (char) c;
@@ -157,6 +209,7 @@ private:
     bool open_nested(char kind) {
         open_.push_back(kind);
         if (kind == 't') begin_key();
+        if (kind == 'a') expect_value_ = true;
         if (nesting() <= kMaxNesting) return true;
         return fail(i_, "arrays and inline tables nested more than " + std::to_string(kMaxNesting) +
                         " deep; moezip's values are at most 2 deep");
@@ -241,6 +294,8 @@ private:
     bool in_key_ = false;       // between the start of a key and its '=' (or the header's ']')
     int key_parts_ = 0;
     int kv_line_ = 0;           // line where the top-level key-value pair being read starts, 0 in a header
+    bool expect_value_ = false; // after '=', or '[' or ',' in an array: a value comes next
+    std::string token_;         // the start of the bare value being read
 };
 
 } // namespace

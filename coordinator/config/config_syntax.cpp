@@ -4,6 +4,7 @@
 // here from the source text; toml++'s wording is kept only as a detail for the remaining cases.
 #include "coordinator/config/config_internal.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -117,10 +118,21 @@ std::string shown_key(const std::string & key) {
     return key.size() > 80 ? key.substr(0, 77) + "..." : key;
 }
 
-// toml++'s description without its "Error while parsing " prefix.
+// toml++'s description without its "Error while parsing " prefix, on one line: toml++ echoes what
+// it read, line breaks included ("expected 'true', saw 'tr<LF>'"), and a message is one line per problem.
 std::string toml_detail(const std::string & d) {
     const std::string prefix = "Error while parsing ";
-    return d.compare(0, prefix.size(), prefix) == 0 ? d.substr(prefix.size()) : d;
+    const size_t from = d.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0;
+    std::string out;
+    for (size_t i = from; i < d.size(); ++i) {
+        const unsigned char c = (unsigned char) d[i];
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else if (c == '\t') out += "\\t";
+        else if (c < 0x20 || c == 0x7f) { char e[8]; snprintf(e, sizeof e, "\\u%04x", c); out += e; }
+        else out += (char) c;
+    }
+    return out;
 }
 
 std::string utf8_message(const std::string & where, int col) {
