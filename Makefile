@@ -51,12 +51,13 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror 
                 -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ         := $(BUILD)/fuzz
 FUZZ_TARGETS := config request reply
-FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/fuzz_test.cpp only
 FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) coordinator/base/status.cpp \
                     coordinator/base/log.cpp
 FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request_check.cpp coordinator/wire/protocol.cpp \
                     coordinator/config/expert_range.cpp coordinator/base/status.cpp
 FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp
+FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
 FUZZ_SECONDS ?= 300
 
 .PHONY: all deps test run bench clean fixtures fuzz fuzz-build fuzz-seeds
