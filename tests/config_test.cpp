@@ -139,6 +139,19 @@ TEST(ConfigFile, SyntaxErrorIsOneLineEvenWhenTomlppEchoesALineBreak) {
               std::string::npos) << st.message();
 }
 
+// Found by tests/fuzz/config_fuzz.cpp: an expert range or a quoted key holding a line break (a TOML
+// "\n" escape) was copied into the message as it was, splitting one problem over two lines.
+TEST(ConfigFile, ValuesAndKeysWithLineBreaksStayOnOneMessageLine) {
+    Config cfg;
+    Status st = config_load_string("[experts]\nlocal = \"1\\n2\"\n\"bad\\nkey\" = 1\n", "m.toml", cfg);
+    ASSERT_FALSE(st.is_ok());
+    const std::string & m = st.message();
+    EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 1) << m;
+    EXPECT_NE(m.find("m.toml:2: experts.local: expected expert ranges like \"0-3,8\", got \"1\\u000a2\" (\"1\\u000a2\": expected an expert id"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("\nm.toml:3: experts.\"bad\\u000akey\": unknown key"), std::string::npos) << m;
+}
+
 TEST(ConfigFile, RowsFixtureResolvesEveryField) {
     Config cfg = load_good("rows_two_workers.toml");
     EXPECT_EQ(cfg.mode, ConfigMode::rows);

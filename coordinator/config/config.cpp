@@ -41,6 +41,7 @@ std::atomic<uint64_t> g_toml_checks_failed{0};
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +110,14 @@ size_t misspelling_score(const std::string & typed, const std::string & known) {
     return edit_distance(typed, known);
 }
 
+// A key as a message shows it: bare when it may be written bare, else quoted ("a\u000ab"), so that
+// a quoted key with a line break does not split the message.
+std::string shown_key(const std::string & key) {
+    bool bare = !key.empty();
+    for (char c : key) bare = bare && (isalnum((unsigned char) c) || c == '_' || c == '-');
+    return bare ? key : config_quote(key);
+}
+
 std::string join_path(const std::string & prefix, const std::string & key) {
     return prefix.empty() ? key : prefix + "." + key;
 }
@@ -152,7 +161,7 @@ struct Reader {
             std::string where = prefix.empty() ? "at top level"
                               : prefix.compare(0, 7, "worker[") == 0 ? "in [[worker]]" : "in [" + prefix + "]";
             issues.push_back({(int) kv.first.source().begin.line,
-                              join_path(prefix, k) + ": unknown key (" + guess + "known " + where + ": " + list + ")"});
+                              join_path(prefix, shown_key(k)) + ": unknown key (" + guess + "known " + where + ": " + list + ")"});
         }
     }
 

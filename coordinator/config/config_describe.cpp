@@ -47,16 +47,7 @@ std::string config_format_double(double v) {
     return buf;
 }
 
-std::string config_quote(const std::string & s) {
-    std::string out = "\"";
-    for (char c : s) {
-        unsigned char u = (unsigned char) c;
-        if (c == '"' || c == '\\') { out += '\\'; out += c; }
-        else if (u < 0x20 || u == 0x7f) { char e[8]; snprintf(e, sizeof e, "\\u%04x", u); out += e; }
-        else out += c;
-    }
-    return out + "\"";
-}
+std::string config_quote(const std::string & s) { return quote_text(s); }
 
 namespace {
 

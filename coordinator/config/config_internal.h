@@ -1,6 +1,7 @@
 // moezip: pieces shared by the config_*.cpp files (not part of the public API; see config.h).
 #pragma once
 
+#include "coordinator/base/quote.h"
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_endpoint.h"
 
@@ -66,7 +67,7 @@ void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues);
 /// Shortest decimal text that reads back as exactly `v` ("0.5", "1", "0.10000000000000001" never).
 std::string config_format_double(double v);
 
-/// `s` as a TOML basic string with quotes ("a\"b").
+/// `s` as a TOML basic string with quotes ("a\"b"), control characters escaped (quote_text).
 std::string config_quote(const std::string & s);
 
 /// Line of a key path in cfg.lines, or `fallback` when the key was not written.
