@@ -38,14 +38,10 @@ std::atomic<uint64_t> g_toml_checks_failed{0};
 #undef MOEZIP_NDEBUG_WAS_SET
 #endif
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -53,8 +49,6 @@ std::atomic<uint64_t> g_toml_checks_failed{0};
 namespace moezip {
 
 namespace {
-
-constexpr long config_file_max_bytes = 1 << 20;
 
 // "got ..." text of a value; with_type adds the TOML type ("string \"5000\"", "table").
 std::string value_text(const toml::node & n, bool with_type) {
@@ -84,30 +78,6 @@ std::string value_text(const toml::node & n, bool with_type) {
         default: s = "a date/time"; break;
     }
     return s;
-}
-
-// Levenshtein distance, for "did you mean" on unknown keys.
-size_t edit_distance(const std::string & a, const std::string & b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
-// How likely `known` is what was meant by `typed`: 1 when one is a prefix of the other ("timeout",
-// "timeout_ms"), else the edit distance. Suggestions need a score <= 2.
-size_t misspelling_score(const std::string & typed, const std::string & known) {
-    size_t n = std::min(typed.size(), known.size());
-    if (n >= 4 && typed.compare(0, n, known, 0, n) == 0) return 1;
-    return edit_distance(typed, known);
 }
 
 // A key as a message shows it: bare when it may be written bare, else quoted ("a\u000ab"), so that
@@ -151,13 +121,8 @@ struct Reader {
             bool ok = false;
             for (const char * name : known) ok = ok || k == name;
             if (ok) continue;
-            std::string list, guess;
-            size_t best = 3;
-            for (const char * name : known) {
-                list += std::string(list.empty() ? "" : ", ") + name;
-                size_t score = misspelling_score(k, name);
-                if (score < best) { best = score; guess = std::string("did you mean \"") + name + "\"? "; }
-            }
+            std::string list, guess = config_did_you_mean(k, known);
+            for (const char * name : known) list += std::string(list.empty() ? "" : ", ") + name;
             std::string where = prefix.empty() ? "at top level"
                               : prefix.compare(0, 7, "worker[") == 0 ? "in [[worker]]" : "in [" + prefix + "]";
             issues.push_back({(int) kv.first.source().begin.line,
@@ -512,56 +477,6 @@ Status config_load_string(const std::string & text, const std::string & name_for
         out = Config();
         return Status::invalid_argument(name_for_messages + ": internal error while reading the config: " + e.what());
     }
-}
-
-Status config_load_file(const std::string & path, Config & out) {
-    try {
-        struct stat st;
-        if (stat(path.c_str(), &st) != 0) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
-        }
-        if (!S_ISREG(st.st_mode) || st.st_size > config_file_max_bytes) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " +
-                                    (S_ISREG(st.st_mode) ? "larger than 1 MiB" : "not a regular file"));
-        }
-        FILE * f = fopen(path.c_str(), "rb");
-        if (!f) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
-        }
-        std::string text((size_t) st.st_size, '\0');
-        size_t got = fread(&text[0], 1, text.size(), f);
-        bool bad = ferror(f) != 0;
-        fclose(f);
-        if (bad) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": read error");
-        }
-        text.resize(got);
-        return config_load_string(text, path, out);
-    } catch (const std::exception & e) {
-        out = Config();
-        return Status::io_error("cannot read config " + path + ": " + e.what());
-    }
-}
-
-std::string config_report_path(const Config & cfg, int pid) {
-    std::string s = cfg.report;
-    std::string p = std::to_string(pid);
-    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) {
-        s.replace(pos, 2, p);
-    }
-    return s;
-}
-
-std::string config_why_experts_resident(const Config & cfg) {
-    if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";
-    if (cfg.workers.empty()) return "no [[worker]]";
-    if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
-    if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
-    return "";
 }
 
 } // namespace moezip

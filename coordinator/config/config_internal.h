@@ -64,6 +64,10 @@ uint64_t config_toml_checks_failed();
 /// Appends to `issues`.
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues);
 
+/// "did you mean \"NAME\"? " for the known key closest to `typed` (a prefix of at least 4
+/// characters, or at most 2 edits away), "" when none is close.
+std::string config_did_you_mean(const std::string & typed, const std::vector<const char *> & known);
+
 /// Shortest decimal text that reads back as exactly `v` ("0.5", "1", "0.10000000000000001" never).
 std::string config_format_double(double v);
 
