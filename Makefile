@@ -9,6 +9,7 @@ BUILD      := build
 SHARED     ?= $(abspath ../shared)
 
 CXX      ?= g++
+CC       ?= gcc
 SANITIZE ?=
 OPT      ?= -O2
 CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -MMD -MP
@@ -42,6 +43,12 @@ TOOLS     := $(sort $(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS)))
 TEST_SRC := $(wildcard tests/*.cpp)
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_BIN := $(BUILD)/bin/moezip-tests
+# tests/hosts/: small llama.h hosts for scenarios moezip-run does not express (model swap, warmup,
+# parallel contexts, signals, exit mid-decode); they reuse moezip-run's engine and generation code.
+TEST_HOST := $(BUILD)/bin/moezip-test-host
+DEEPBIND_HOST := $(BUILD)/bin/moezip-deepbind-host
+TEST_HOST_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/hosts/*.cpp) \
+                   $(filter-out tools/moezip-run/main.cpp,$(wildcard tools/moezip-run/*.cpp)))
 
 # Fuzz targets (tests/fuzz/, docs/fuzzing.md): libFuzzer with ASan and UBSan (every UBSan report,
 # __builtin_unreachable included, stops the run), clang from Debian (make deps installs it). Each
@@ -66,7 +73,7 @@ all: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-all
 
 .PHONY: build-all
-build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(FUZZ_BINS)
+build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(TEST_HOST) $(DEEPBIND_HOST) $(FUZZ_BINS)
 
 deps:
 	@tools/install-deps.sh
@@ -91,6 +98,15 @@ tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp))
 $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
+
+$(TEST_HOST): $(TEST_HOST_OBJ) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(TEST_HOST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
+
+# not linked against the engine: it dlopens it with RTLD_DEEPBIND (tests/hosts/deepbind_host.c)
+$(DEEPBIND_HOST): tests/hosts/deepbind_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
 $(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)

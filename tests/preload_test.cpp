@@ -1,6 +1,6 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
-#include "tests/test_support.h"
+#include "tests/cluster.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -17,12 +17,6 @@ std::string write_config(const std::string & dir, const std::string & name, cons
     std::string path = dir + "/" + name;
     std::ofstream(path) << text;
     return path;
-}
-
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
 }
 
 // Runs moezip-run on `model` (64-token fixture prompt, ubatch 32, 32 decode steps) under the preload.
@@ -100,22 +94,6 @@ TEST(Preload, HookedRunEqualsUnhookedRun) {
     EXPECT_EQ(load_json(dir + "/plain.json")["logits_xxh3"], load_json(dir + "/hooked.json")["logits_xxh3"]);
 }
 
-TEST(Preload, RepackedWeightsAreNotDispatchableAndRequireInterceptFailsLoudly) {
-    std::string model = fixture_model({"--preset", "small", "--type", "q4_K"});
-    std::string dir = test_dir("repacked");
-    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
-    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
-                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
-    EXPECT_EQ(r.exit_code, 4) << r.err;
-    EXPECT_NE(r.err.find("require_intercept"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("layers 0, 1"), std::string::npos) << r.err;
-    json rep = load_json(dir + "/r.json");
-    for (const auto & p : rep["provider_map"]) {
-        EXPECT_FALSE(p["dispatchable"].get<bool>());
-        EXPECT_NE(p["reason"].get<std::string>().find("repacked"), std::string::npos);
-    }
-}
-
 TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
     std::string model = fixture_model({"--preset", "small", "--type", "q4_K"});
     std::string dir = test_dir("no_repack_config");
@@ -129,20 +107,49 @@ TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
 }
 
 TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
-    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    // q4_0 experts are repacked by the engine's default (CPU_REPACK): a config asking for no_repack
+    // and experts mode's lazy model mapping must not act on an engine the guard refuses, so the
+    // refused run is the engine exactly as without the preload.
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q4_0"});
     std::string dir = test_dir("abi_mismatch");
-    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
-    CommandResult plain = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
-                                       "--quiet", "--json", dir + "/plain.json"});
-    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
-                                   "--quiet", "--json", dir + "/hooked.json"},
-                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+    std::string cfg = write_config(dir, "experts.toml", "mode = \"experts\"\nno_repack = true\nreport = \"" + dir + "/r.json\"\n"
+                                                        "[[worker]]\nendpoint = \"ipc://" + dir + "/none.sock\"\nexperts = \"4-7\"\n");
+    auto run = [&](const std::string & name, std::vector<std::string> extra, std::map<std::string, std::string> env) {
+        std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--quiet",
+                                         "--json", dir + "/" + name + ".json"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return run_command(argv, env);
+    };
+    CommandResult plain = run("plain", {}, {});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult unrepacked = run("unrepacked", {"--no-repack"}, {});
+    ASSERT_EQ(unrepacked.exit_code, 0) << unrepacked.err;
+    CommandResult r = run("hooked", {}, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("moezip was built for ggml 0.23.0 (0000000)"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("no_repack: hiding"), std::string::npos) << "no_repack acted on a refused engine: " << r.err;
+    EXPECT_EQ(r.err.find("mapped the model"), std::string::npos) << "the lazy mapping acted on a refused engine: " << r.err;
+    const json p = load_json(dir + "/plain.json"), h = load_json(dir + "/hooked.json"), u = load_json(dir + "/unrepacked.json");
+    EXPECT_EQ(p["tokens"], h["tokens"]);
+    EXPECT_EQ(p["logits_xxh3"], h["logits_xxh3"]) << "passthrough must be the engine exactly as without the preload";
+    json rep = load_json(dir + "/r.json");
+    EXPECT_EQ(rep["engine"]["abi"].get<std::string>().find("loaded ggml 0.23.0 (5b4ebc5)"), 0u);
+    EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"], 0);
+    // (the repacked kernels give other bits than the plain ones here, which is what makes the check above bite)
+    EXPECT_NE(p["logits_xxh3"], u["logits_xxh3"]) << "this CPU does not repack q4_0: the check above cannot tell";
+}
+
+TEST(Preload, RequireInterceptFailsTheComputeWhenMoezipIsPassthrough) {
+    // the failure reaches the request (llama_decode fails), not only the exit status
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("abi_mismatch_required");
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet"},
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
     EXPECT_EQ(r.exit_code, 4) << "require_intercept must fail a run that bypassed moezip: " << r.err;
-    // the engine's own result is untouched
-    EXPECT_EQ(load_json(dir + "/plain.json")["tokens"], load_json(dir + "/hooked.json")["tokens"]);
-    EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find("loaded ggml 0.23.0 (5b4ebc5)"), 0u);
+    EXPECT_NE(r.err.find("require_intercept: moezip is not active"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("moezip-run: error"), std::string::npos) << "the host's decode must fail: " << r.err;
 }
 
 TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
@@ -198,7 +205,8 @@ TEST(Preload, ExportsOnlyTheHookedSymbols) {
             line.find(" B ") != std::string::npos)
             syms += name + " ";
     }
-    EXPECT_EQ(syms, "ggml_backend_reg_get_proc_address ggml_backend_sched_graph_compute_async ggml_graph_compute mmap ");
+    EXPECT_EQ(syms, "ggml_backend_buffer_free ggml_backend_reg_get_proc_address ggml_backend_sched_free "
+                    "ggml_backend_sched_graph_compute_async ggml_graph_compute mmap ");
     CommandResult dyn = run_command({"readelf", "-d", preload_path()});
     ASSERT_EQ(dyn.exit_code, 0);
     EXPECT_EQ(dyn.out.find("ggml"), std::string::npos) << "no link-time dependency on ggml: " << dyn.out;
@@ -223,5 +231,53 @@ TEST(Preload, BadConfigWithRequireInterceptFailsTheRunLoudly) {
     json rep = load_json(dir + "/r.json");  // the report goes where the file said, even so
     EXPECT_EQ(rep["state"], "passthrough");
 }
+
+} // namespace
+
+namespace {
+
+// The engine's default repacks q4_0 and q4_K experts (CPU_REPACK) on AVX2/AVX-512 machines: moezip
+// computes them with the engine's tensors, buffer and kernel traits, so the repack kernels run here
+// too. Shard mode cannot slice interleaved rows; a worker holding GGUF layout is refused by name.
+class RepackedExperts : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(RepackedExperts, LocalModeRunsTheRepackKernelsAndOtherModesSayWhatTheyCannotDo) {
+    const ModelCase mc = GetParam();
+    std::string model = fixture_model({"--preset", mc.preset, "--type", mc.type});
+    Cluster c{test_dir(std::string("repacked_") + mc.type), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    auto run = [&](const std::string & name, const std::string & body) {
+        std::ofstream(c.dir + "/" + name + ".toml") << "report = \"" << c.dir << "/" << name << ".json\"\n" << body;
+        return run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "64", "-b", "32", "-n", "16", "--quiet",
+                              "--json", c.dir + "/" + name + "-run.json"}, c.dir + "/" + name + ".toml");
+    };
+    ASSERT_EQ(run("observe", "mode = \"observe\"\n").exit_code, 0);
+    CommandResult loc = run("local", "mode = \"local\"\nrequire_intercept = true\n");
+    ASSERT_EQ(loc.exit_code, 0) << loc.err;
+    EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/local.json"}).exit_code, 0);
+    json rep = load_json(c.dir + "/local.json");
+    for (const auto & p : rep["provider_map"]) {
+        EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
+        EXPECT_EQ(p["weights"][0]["buffer_type"], "CPU_REPACK") << "this CPU does not repack " << mc.type << ": " << p.dump();
+    }
+    EXPECT_EQ(rep["checks"]["regions_passthrough"], 0);
+
+    CommandResult shard = run("shard", "mode = \"shard\"\n[shard]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
+                                           c.workers[0]->endpoint() + "\"\nshare = 0.5\n");
+    ASSERT_EQ(shard.exit_code, 0) << shard.err;
+    EXPECT_EQ(load_json(c.dir + "/shard-run.json")["logits_xxh3"], load_json(c.dir + "/observe-run.json")["logits_xxh3"]);
+    rep = load_json(c.dir + "/shard.json");
+    EXPECT_NE(rep["provider_map"][0].value("reason", "").find("CPU_REPACK interleaves"), std::string::npos) << rep["provider_map"][0].dump();
+
+    CommandResult ex = run("experts", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[[worker]]\nendpoint = \"" +
+                                          c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n");
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/experts.json"}).exit_code, 0);
+    EXPECT_NE(ex.err.find("it holds the experts in gguf layout, this host in repacked"), std::string::npos) << ex.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RepackedExperts,
+                         ::testing::Values(ModelCase{"tiny", "q4_0"}, ModelCase{"small", "q4_K"}),
+                         [](const ::testing::TestParamInfo<ModelCase> & i) { return std::string(i.param.type); });
 
 } // namespace

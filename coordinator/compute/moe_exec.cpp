@@ -8,11 +8,16 @@ namespace moezip {
 namespace {
 
 // A metadata-only copy of an external tensor that points at its data; fails when the layout is
-// not the dense one ggml would give (we never guess strides).
+// not the dense one ggml would give (we never guess strides). Its buffer and extra are the source's:
+// for weights the CPU backend repacked (CPU_REPACK) they are how the backend finds the repack
+// kernels (ggml_cpu_extra_compute_forward, ggml/src/ggml-cpu/traits.cpp), so this graph runs the
+// kernels the engine's own node runs.
 ggml_tensor * external_tensor(const GgmlApi & api, ggml_context * ctx, const ggml_tensor * src) {
     ggml_tensor * t = api.ggml_new_tensor_3d(ctx, src->type, src->ne[0], src->ne[1], src->ne[2]);
     for (int i = 0; i < 4; ++i) if (t->nb[i] != src->nb[i]) return nullptr;
     t->data = src->data;
+    t->buffer = src->buffer;
+    t->extra = src->extra;
     return t;
 }
 
@@ -47,6 +52,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
     if (sliced) {
+        if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
+            return Status::unsupported("an n_ff slice of repacked expert weights (their rows are interleaved)");
         const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
         if (w.ff_first < 0 || w.ff_first + w.ff_count > n_ff_all || w.ff_first % blk != 0 || w.ff_count % blk != 0)
             return Status::invalid_argument("n_ff slice [" + std::to_string(w.ff_first) + ", " + std::to_string(w.ff_first + w.ff_count) +

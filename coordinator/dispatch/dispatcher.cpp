@@ -1,5 +1,6 @@
 #include "coordinator/dispatch/dispatcher.h"
 
+#include "coordinator/base/test_fault.h"
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
@@ -15,8 +16,7 @@ namespace moezip {
 
 Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity self)
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
-    const char * fault = getenv("MOEZIP_TEST_FAULT");
-    fault_corrupt_ = fault != nullptr && strcmp(fault, "corrupt_request") == 0;
+    fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
     for (size_t i = 0; i < workers_.size(); ++i) workers_[i].cfg = &cfg.workers[i];
 }
@@ -44,7 +44,7 @@ Status Dispatcher::hello(Worker & w) {
     w.said_hello = false;
     w.instance = 0;
     w.link->set_instance(0);
-    w.layers_ok.clear();
+    w.plans_ok.clear();
     // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
     // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
     w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
@@ -137,6 +137,14 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
             return Status::mismatch(who + "tensor " + json_str(t, "name") + " " + json_str(t, "type") + " differs from this host's " +
                                     mine[i]->name + " " + api_.ggml_type_name(mine[i]->type));
     }
+    // the layout decides the kernels: GGUF layout runs the generic MUL_MAT_ID, CPU_REPACK the repack one
+    const std::string theirs_layout = layer->contains("layout") ? json_str(*layer, "layout") : std::string("gguf");
+    const std::string mine_layout = r.repacked ? "repacked" : "gguf";
+    if (theirs_layout != mine_layout)
+        return Status::mismatch(who + "it holds the experts in " + theirs_layout + " layout, this host in " + mine_layout +
+                                (r.repacked ? " (the engine repacked them, CPU_REPACK): the kernels and their bits would differ; "
+                                              "set no_repack = true here, or have the worker repack them too"
+                                            : ": the kernels and their bits would differ"));
     auto digests = layer->find("digests");
     if (digests == layer->end() || !digests->is_object()) return Status::mismatch(who + "no expert digests");
     for (int e : assigned_experts(&w - workers_.data(), (int) r.n_expert)) {
@@ -151,7 +159,7 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
 
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    if (!w.refused.empty() || w.layers_refused.count(r.il)) return false;
+    if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     if (!w.said_hello) {
@@ -173,15 +181,15 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.backoff_ms = 0;
         w.logged_down = false;
     }
-    if (!w.layers_ok.count(r.il)) {
+    if (!w.plans_ok.count(r.plan_id)) {
         Status st = check_layer(w, r);
         if (!st) {
-            w.layers_refused[r.il] = st.message();
+            w.plans_refused[r.plan_id] = st.message();
             LOG_ERROR("%s", st.message().c_str());
             if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             return false;
         }
-        w.layers_ok.insert(r.il);
+        w.plans_ok.insert(r.plan_id);
     }
     return true;
 }
@@ -189,7 +197,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
 void Dispatcher::mark_failed(size_t wi, const Status & why) {
     Worker & w = workers_[wi];
     w.said_hello = false;  // probe with a fresh hello (and every per-layer check) before any compute
-    w.layers_ok.clear();
+    w.plans_ok.clear();
     if (w.link) w.link->reset();
     ++w.failures;
     w.last_failure = why.message();
@@ -212,11 +220,12 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     }
 }
 
-void Dispatcher::model_epoch_changed() {
-    for (Worker & w : workers_) {
-        w.layers_ok.clear();
-        w.layers_refused.clear();
-    }
+void Dispatcher::forget_plans(const std::vector<uint64_t> & plans) {
+    for (Worker & w : workers_)
+        for (uint64_t p : plans) {
+            w.plans_ok.erase(p);
+            w.plans_refused.erase(p);
+        }
 }
 
 static double percentile(std::vector<float> v, double p) {
@@ -235,10 +244,10 @@ nlohmann::json Dispatcher::stats_json() const {
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
         j["reverifications"] = w.reverifications;
-        if (!w.layers_refused.empty()) {
+        if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
-            for (const auto & kv : w.layers_refused) lr[std::to_string(kv.first)] = kv.second;
-            j["layers_refused"] = lr;
+            for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;
+            j["plans_refused"] = lr;  // plan id -> why (the message names the layer)
         }
         if (w.link) {
             const WorkerStats & s = w.link->stats();

@@ -45,17 +45,17 @@ public:
     ~Dispatcher();
 
     size_t n_workers() const { return workers_.size(); }
-    /// True when worker w may take work for region r now (connects, says hello and checks the
-    /// layer the first time; false while the worker is down or refused).
+    /// True when worker w may take work for region r now (connects, says hello, and checks the
+    /// region's weights — its plan — the first time; false while the worker is down or refused).
     bool usable(size_t w, const MoeRegion & r);
     WorkerLink & link(size_t w) { return *workers_[w].link; }
     /// Marks worker w down after a failed request (logs the reason once per failure streak). A
     /// reply from another worker instance (Status::Code::mismatch from WorkerLink::recv) is not a
     /// down worker: it is verified again from hello at its next use, without back-off.
     void mark_failed(size_t w, const Status & why);
-    /// The engine freed the weights the per-layer checks were made for: every layer of every worker
-    /// is checked again (content digests) before its next use; layer refusals are forgotten.
-    void model_epoch_changed();
+    /// The engine freed the weights of these plans: what was checked or refused for them is dropped
+    /// (weights seen later get new plans, checked again by content before any worker computes them).
+    void forget_plans(const std::vector<uint64_t> & plans);
     uint64_t next_request_id() { return ++request_id_; }
     /// Called once the requests of a call are queued, before this host computes its own part:
     /// gives the CPU to ZeroMQ's I/O thread so it puts them on the wire now. When the engine's
@@ -88,8 +88,8 @@ private:
         std::string refused;                 // non-empty: engine identity mismatch, never used
         nlohmann::json identity;             // the worker's hello_ok
         uint64_t instance = 0;               // its process instance, from hello_ok
-        std::set<int> layers_ok;             // layers whose tensors and digests were checked (this epoch, this instance)
-        std::map<int, std::string> layers_refused;  // layer -> why the worker may not serve it (this epoch)
+        std::set<uint64_t> plans_ok;         // plans (MoeRegion::plan_id) whose tensors and digests were checked (this instance)
+        std::map<uint64_t, std::string> plans_refused;  // plan -> why the worker may not serve those weights
         uint64_t reverifications = 0;        // hellos after a reply from another instance
         std::chrono::steady_clock::time_point down_until{};
         int backoff_ms = 0;

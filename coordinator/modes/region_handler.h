@@ -20,6 +20,9 @@ public:
     /// layer's counters. On error r.out may be partly written: the caller recomputes the region
     /// with the engine's own nodes or stops the compute; it never hands a partial output on.
     virtual Status compute(const MoeRegion & r, LayerCounters & c) = 0;
+    /// Why this mode cannot compute region r although the engine's pattern was recognised ("" when it
+    /// can). The region is then left to the engine with that reason. Reads only r and the config.
+    virtual std::string refuses(const MoeRegion & r) const { (void) r; return ""; }
     /// Threads for moezip's own compute (the engine's count unless the config sets `threads`).
     virtual void set_threads(int n_threads) { (void) n_threads; }
     /// Closes connections and joins threads; called once, early in exit, before any static teardown.
@@ -31,10 +34,14 @@ public:
     virtual std::vector<std::string> take_errors() { return {}; }
     /// What the handler did with this host's memory, for the report's `memory` section.
     virtual nlohmann::json memory_json() const { return nlohmann::json::object(); }
+    /// The engine freed the weights of these plans (MoeRegion::plan_id): whatever was verified or
+    /// released for them must not carry over to the weights that come next.
+    virtual void forget_plans(const std::vector<uint64_t> & plans) { (void) plans; }
 };
 
 /// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights
-/// [n_used, n_tokens] f32, element (s, t) at t*n_used + s. The engine's ids are a strided view of
+/// [n_used, n_tokens] f32, element (s, t) at t*n_used + s: the first n_used of each row's
+/// n_used_ids routed slots (all of them except in a warmup graph). The engine's ids are a strided view of
 /// the argsort result (ggml_argsort_top_k), so they are read through nb[].
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights);
 

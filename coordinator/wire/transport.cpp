@@ -1,5 +1,8 @@
 #include "coordinator/wire/transport.h"
 
+#include "coordinator/wire/endpoint_probe.h"
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -30,6 +33,17 @@ short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::
         }
         if (item.revents & events) return item.revents;
         if (std::chrono::steady_clock::now() >= deadline) return 0;
+    }
+}
+
+// One part of a message, sent without blocking; a signal's EINTR sends it again (nothing was queued).
+zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::send_flags flags) {
+    for (;;) {
+        try {
+            return sock.send(part, flags | zmq::send_flags::dontwait);
+        } catch (const zmq::error_t & e) {
+            if (e.num() != EINTR) throw;
+        }
     }
 }
 
@@ -77,13 +91,15 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         if (!(poll_until(*sock_, ZMQ_POLLOUT, sent_at_ + std::chrono::milliseconds(timeout_ms_)) & ZMQ_POLLOUT)) {
             if (g_stopping) return Status::io_error(endpoint_ + ": not sent, the process is exiting");
             ++stats_.timeouts;
-            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms");
+            const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
+            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
+                                   (cause.empty() ? " (it accepts connections but did not complete ZeroMQ's handshake)" : ": " + cause));
         }
         uint64_t bytes = 0;
         for (size_t i = 0; i < parts.size(); ++i) {
             bytes += parts[i].size();
             auto flags = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-            if (!sock_->send(parts[i], flags | zmq::send_flags::dontwait))
+            if (!send_part(*sock_, parts[i], flags))
                 return Status::io_error(endpoint_ + ": send queue full (worker not connected?)");
         }
         ++stats_.requests;
