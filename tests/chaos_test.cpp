@@ -195,7 +195,7 @@ struct Fuzzer {
 
 } // namespace
 
-TEST(Fuzz, RandomMutatedAndTruncatedMessagesEachGetAReplyAndTheWorkerKeepsServing) {
+TEST(WorkerFuzz, RandomMutatedAndTruncatedMessagesEachGetAReplyAndTheWorkerKeepsServing) {
     const std::string dir = test_dir("fuzz");
     WorkerProcess w;
     ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "ipc://" + dir + "/w.sock"}, dir)) << w.error();

@@ -15,7 +15,7 @@
 // config, keys that cannot be read, or a non-loopback bind without a key (and without --insecure);
 // exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
 #include "coordinator/config/config.h"
-#include "coordinator/config/config_internal.h"  // config_endpoint_valid
+#include "coordinator/config/config_endpoint.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/log.h"
 #include "coordinator/wire/curve_keys.h"

@@ -3,6 +3,7 @@
 #include "coordinator/modes/split.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace moezip {
 
@@ -35,7 +36,7 @@ Status parse_shares(const nlohmann::json & plan, WorkerPlan & out, ErrorCode & c
 
 } // namespace
 
-Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model, WorkerPlan & out, ErrorCode & code) {
+Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shape, WorkerPlan & out, ErrorCode & code) {
     out = WorkerPlan();
     auto plan = hello.is_object() ? hello.find("plan") : hello.end();
     if (!hello.is_object() || plan == hello.end() || !plan->is_object()) return refuse(code, "missing (the hello names no \"plan\" object)");
@@ -55,7 +56,7 @@ Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model
         if (!st || out.experts.empty()) return refuse(code, "experts \"" + experts->get<std::string>() + "\": " + (st ? "empty" : st.message()));
         for (const ExpertRange & r : out.experts)
             for (int e = r.first; e <= r.last; ++e)
-                if (!model.serves(e)) return refuse(code, "names expert " + std::to_string(e) + ", not served here");
+                if (!shape.serves(e)) return refuse(code, "names expert " + std::to_string(e) + ", not served here");
     } else {
         return refuse(code, "mode \"" + m + "\" unknown (rows, experts, shard)");
     }
@@ -63,15 +64,57 @@ Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model
     return Status::ok();
 }
 
-void worker_plan_ff_range(const WorkerPlan & p, const WorkerLayer & l, int64_t block, int64_t & first, int64_t & count) {
+void worker_plan_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count) {
     first = 0;
-    count = l.n_ff;
+    count = n_ff;
     if (p.mode != WorkerPlan::Mode::shard) return;
     count = 0;
-    if (block < 1 || l.n_ff % block != 0) return;  // the coordinator cannot shard this layer either
-    const std::vector<RowBlock> slices = split_ff(l.n_ff, block, p.shares);
+    if (block < 1 || n_ff % block != 0) return;  // the coordinator cannot shard this layer either
+    const std::vector<RowBlock> slices = split_ff(n_ff, block, p.shares);
     first = slices[p.slice].first;
     count = slices[p.slice].count;
+}
+
+namespace {
+
+Status plan_fail(ErrorCode & code, const std::string & message) {
+    code = ErrorCode::bad_plan;
+    return Status::invalid_argument(message);
+}
+
+} // namespace
+
+Status worker_plan_check(const WorkerPlan & p, const RequestShape & shape, const MsgHeader & h, const void * const * frames,
+                         int64_t & ff_count, ErrorCode & code) {
+    code = ErrorCode::ok;
+    const RequestShape::Layer * l = shape.layer(h.layer);  // request_check_compute found it
+    int64_t first = 0;
+    worker_plan_ff_range(p, l->n_ff, l->ff_block, first, ff_count);
+    const bool shard = p.mode == WorkerPlan::Mode::shard;
+    if (shard && h.n_frames != 4)
+        return plan_fail(code, "this connection's plan is " + worker_plan_describe(p) + ": requests need its n_ff slice frame");
+    if (!shard && h.n_frames == 4)
+        return plan_fail(code, "an n_ff slice, but this connection's plan is " + worker_plan_describe(p) + " (whole n_ff only)");
+    if (shard) {
+        int64_t got_first = 0, got_count = 0;
+        request_slice_of(frames[3], got_first, got_count);
+        if (got_first != first || got_count != ff_count)
+            return plan_fail(code, "n_ff slice [" + std::to_string(got_first) + ", " + std::to_string(got_first + got_count) +
+                                       ") is not the planned [" + std::to_string(first) + ", " + std::to_string(first + ff_count) +
+                                       ") of layer " + std::to_string(h.layer) + " (" + worker_plan_describe(p) + ")");
+    }
+    if (p.mode != WorkerPlan::Mode::experts) return Status::ok();
+    const uint8_t * ids = static_cast<const uint8_t *>(frames[1]);
+    const int64_t n = (int64_t) h.n_used * h.n_rows;
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t id;
+        memcpy(&id, ids + i * sizeof id, sizeof id);  // the frame may be misaligned
+        if (id >= 0 && !worker_plan_allows_expert(p, id))
+            return plan_fail(code, "expert " + std::to_string(id) + " (row " + std::to_string(i / h.n_used) + ", slot " +
+                                       std::to_string(i % h.n_used) + ") is outside this connection's plan (" + worker_plan_describe(p) + ")");
+    }
+    code = ErrorCode::ok;
+    return Status::ok();
 }
 
 bool worker_plan_allows_expert(const WorkerPlan & p, int32_t e) {

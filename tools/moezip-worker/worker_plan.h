@@ -17,7 +17,7 @@
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
 #include "coordinator/wire/protocol.h"
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/request_check.h"
 
 #include <nlohmann/json.hpp>
 
@@ -40,15 +40,21 @@ struct WorkerPlan {
 /// Connections remembered at most (least recently used forgotten first).
 constexpr size_t kMaxPlans = 256;
 
-/// Reads hello JSON's "plan" against this worker's model. Errors (invalid_argument, code
+/// Reads hello JSON's "plan" against the shape this worker serves. Errors (invalid_argument, code
 /// bad_plan): no plan, unknown mode, experts that are not ranges or not all served here, shares
 /// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), a slice index outside them.
-Status worker_plan_parse(const nlohmann::json & hello, const WorkerModel & model, WorkerPlan & out, ErrorCode & code);
+Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shape, WorkerPlan & out, ErrorCode & code);
 
-/// The n_ff units [first, first + count) plan `p` allows for layer `l` whose down weights have
-/// `block` units per quantization block: the whole n_ff, or the planned slice (count 0: this
-/// worker's share of that layer is empty).
-void worker_plan_ff_range(const WorkerPlan & p, const WorkerLayer & l, int64_t block, int64_t & first, int64_t & count);
+/// The n_ff units [first, first + count) plan `p` allows for a layer of `n_ff` units whose down
+/// weights have `block` units per quantization block: the whole n_ff, or the planned slice
+/// (count 0: this worker's share of that layer is empty).
+void worker_plan_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count);
+
+/// Checks a compute request that passed request_check_compute against plan `p`: an n_ff slice
+/// frame exactly when the plan is shard, the slice the planned one, every id >= 0 allowed.
+/// `ff_count` gets the n_ff units the request computes. Errors: bad_plan in `code`.
+Status worker_plan_check(const WorkerPlan & p, const RequestShape & shape, const MsgHeader & h, const void * const * frames,
+                         int64_t & ff_count, ErrorCode & code);
 
 /// True when `p` lets the connection ask for expert `e` (served-ness is checked separately).
 bool worker_plan_allows_expert(const WorkerPlan & p, int32_t e);

@@ -48,7 +48,7 @@ class Server {
 public:
     Server(zmq::socket_t & sock, const WorkerServerOptions & opt, const WorkerModel & model, const WorkerEngine & engine,
            WorkerCounters & c)
-        : sock_(sock), opt_(opt), model_(model), compute_(model, engine.api, opt.n_threads),
+        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads),
           hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget))), c_(c) {}
 
     void handle(Incoming & in);
@@ -63,7 +63,6 @@ private:
 
     zmq::socket_t & sock_;
     const WorkerServerOptions & opt_;
-    const WorkerModel & model_;
     WorkerCompute compute_;
     std::string hello_;
     WorkerCounters & c_;
@@ -173,7 +172,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     nlohmann::json j = nlohmann::json::parse(text, text + size, nullptr, false);
     WorkerPlan plan;
     ErrorCode code = ErrorCode::ok;
-    Status st = worker_plan_parse(j, model_, plan, code);
+    Status st = worker_plan_parse(j, compute_.shape(), plan, code);
     if (!st) return send_error(in.identity, &h, code, st.message());
     plans_.set(in.identity.to_string(), std::move(plan));
     MsgHeader r = msg_header_make(MsgKind::hello_ok);
