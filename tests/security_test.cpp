@@ -218,6 +218,10 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
         EXPECT_EQ(h.h.status, (int32_t) moezip::ErrorCode::bad_plan) << k.plan;
         EXPECT_NE(h.text().find(k.said), std::string::npos) << k.plan << ": " << h.text();
     }
+    // a refused hello leaves no earlier plan behind on its connection
+    WorkerReply again = ask(rows, simple_frames(moezip::MsgKind::hello, 4, R"({"protocol":3,"plan":{"mode":"nonsense"}})"));
+    EXPECT_EQ(again.h.status, (int32_t) moezip::ErrorCode::bad_plan);
+    EXPECT_EQ(compute(rows, 2, 4).h.status, (int32_t) moezip::ErrorCode::bad_plan) << "the rows plan is gone";
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
-    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 5u) << w.stderr_text();
+    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 5u + 2u) << w.stderr_text();
 }

@@ -48,14 +48,6 @@ void Dispatcher::shutdown() {
 }
 
 Status Dispatcher::hello(Worker & w) {
-    if (!ctx_) ctx_.reset(new zmq::context_t(1));
-    if (!w.link) {
-        w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms, w.keys));
-        if (!w.keys.curve() && w.cfg->endpoint.rfind("tcp://", 0) == 0 && w.cfg->endpoint.rfind("tcp://127.", 0) != 0 &&
-            w.cfg->endpoint.rfind("tcp://localhost:", 0) != 0 && w.cfg->endpoint.rfind("tcp://[::1]:", 0) != 0)
-            LOG_WARN("worker %s has no public_key: its link is neither encrypted nor authenticated (docs/security.md)",
-                     w.cfg->endpoint.c_str());
-    }
     // Whatever was verified before belongs to the instance that answered then.
     w.said_hello = false;
     w.instance = 0;
@@ -100,12 +92,22 @@ nlohmann::json Dispatcher::plan_json(size_t w) const {
 }
 
 // The link must accept the largest reply a request for region r can bring: per-slot outputs of
-// every row, f32. A larger region than before reopens the link with more room (hello again).
-void Dispatcher::ensure_reply_room(Worker & w, const MoeRegion & r) {
+// every row, f32, rounded up to a power of two (at least WorkerLink::kDefaultMaxReplyBytes). The
+// first link is opened with that room; a larger region later reopens it with more (hello again).
+void Dispatcher::ensure_link(Worker & w, const MoeRegion & r) {
     const int64_t need = (int64_t) r.n_embd * 4 * std::max<int64_t>(1, r.n_used) * std::max<int64_t>(1, r.n_tokens);
-    if (!w.link || need <= w.link->max_reply_bytes_open()) return;
     int64_t room = WorkerLink::kDefaultMaxReplyBytes;
     while (room < need) room *= 2;
+    if (!ctx_) ctx_.reset(new zmq::context_t(1));
+    if (!w.link) {
+        w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms, w.keys, room));
+        if (!w.keys.curve() && w.cfg->endpoint.rfind("tcp://", 0) == 0 && w.cfg->endpoint.rfind("tcp://127.", 0) != 0 &&
+            w.cfg->endpoint.rfind("tcp://localhost:", 0) != 0 && w.cfg->endpoint.rfind("tcp://[::1]:", 0) != 0)
+            LOG_WARN("worker %s has no public_key: its link is neither encrypted nor authenticated (docs/security.md)",
+                     w.cfg->endpoint.c_str());
+        return;
+    }
+    if (need <= w.link->max_reply_bytes_open()) return;
     w.link->set_max_reply_bytes(room);
     w.link->reset();
     w.said_hello = false;  // a new connection: the worker learns this host's plan again
@@ -202,7 +204,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     if (!w.refused.empty() || w.plans_refused.count(r.plan_id) || w.trust.untrusted()) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
-    ensure_reply_room(w, r);
+    ensure_link(w, r);
     if (!w.said_hello) {
         Status st = hello(w);
         if (st) st = check_identity(w);

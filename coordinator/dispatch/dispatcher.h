@@ -121,7 +121,7 @@ private:
 
     Status hello(Worker & w);
     nlohmann::json plan_json(size_t w) const;
-    void ensure_reply_room(Worker & w, const MoeRegion & r);
+    void ensure_link(Worker & w, const MoeRegion & r);
     Status check_identity(const Worker & w) const;
     Status check_layer(const Worker & w, const MoeRegion & r) const;
     std::vector<int> assigned_experts(size_t w, int n_expert) const;

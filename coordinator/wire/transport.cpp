@@ -53,8 +53,8 @@ zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::s
 void transport_stop_waiting() { g_stopping.store(true); }
 bool transport_stopping() { return g_stopping.load(std::memory_order_relaxed); }
 
-WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys)
-    : ctx_(ctx), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), keys_(std::move(keys)) {
+WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys, int64_t max_reply_bytes)
+    : ctx_(ctx), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), keys_(std::move(keys)), max_reply_bytes_(max_reply_bytes) {
     std::random_device rd;
     routing_id_.resize(16);
     for (char & c : routing_id_) c = (char) (rd() & 0xff);

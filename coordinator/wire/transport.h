@@ -62,7 +62,9 @@ struct LinkKeys {
 
 class WorkerLink {
 public:
-    WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys = LinkKeys());
+    /// `max_reply_bytes`: the largest reply frame accepted (see set_max_reply_bytes).
+    WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms, LinkKeys keys = LinkKeys(),
+               int64_t max_reply_bytes = kDefaultMaxReplyBytes);
     ~WorkerLink();
 
     const std::string & endpoint() const { return endpoint_; }

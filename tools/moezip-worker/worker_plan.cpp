@@ -145,6 +145,13 @@ void WorkerPlans::set(const std::string & peer, WorkerPlan plan) {
     }
 }
 
+void WorkerPlans::erase(const std::string & peer) {
+    auto it = index_.find(peer);
+    if (it == index_.end()) return;
+    plans_.erase(it->second);
+    index_.erase(it);
+}
+
 const WorkerPlan * WorkerPlans::find(const std::string & peer) {
     auto it = index_.find(peer);
     if (it == index_.end()) return nullptr;

@@ -68,6 +68,8 @@ public:
     void set(const std::string & peer, WorkerPlan plan);
     /// The plan of `peer` (marked as recently used), or nullptr.
     const WorkerPlan * find(const std::string & peer);
+    /// Forgets the plan of `peer` (a hello whose plan was refused leaves the connection without one).
+    void erase(const std::string & peer);
     size_t size() const { return plans_.size(); }
 
 private:

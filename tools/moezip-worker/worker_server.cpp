@@ -173,7 +173,10 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     WorkerPlan plan;
     ErrorCode code = ErrorCode::ok;
     Status st = worker_plan_parse(j, compute_.shape(), plan, code);
-    if (!st) return send_error(in.identity, &h, code, st.message());
+    if (!st) {
+        plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
+        return send_error(in.identity, &h, code, st.message());
+    }
     plans_.set(in.identity.to_string(), std::move(plan));
     MsgHeader r = msg_header_make(MsgKind::hello_ok);
     r.request_id = h.request_id;
