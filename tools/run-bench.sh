@@ -10,6 +10,9 @@
 #   experts1  experts mode: coordinator owns the first half of the experts, one worker the second half
 #   shard1    shard mode: coordinator and one worker each compute half of every expert's n_ff (partial sums)
 #   experts2  experts mode: coordinator owns none, two workers a half each (3 processes on 2 cores)
+#   experts1_curve   experts1 over CURVE (keys made once into $BUILD/bench/keys; docs/security.md)
+#   experts1_verify  experts1 with dispatch.verify_every = BENCH_VERIFY_EVERY (default 10): one worker
+#                    result in N recomputed on the coordinator
 # Every process has one engine thread and is pinned to a core (taskset). Placement h0 = coordinator on
 # core 0, workers on core 1; h1 = swapped. Each run records moezip-run's JSON (prefill 512 tokens in
 # one ubatch of 512, then 64 decode steps), the preload's report, the coordinator's peak RSS
@@ -34,6 +37,7 @@
 #   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
 #                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
 #   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
+#   BENCH_VERIFY_EVERY  experts1_verify's verify_every (default 10)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
@@ -63,6 +67,8 @@ NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
 LOAD=${BENCH_LOAD:-mmap}
 WARMUP=${BENCH_WARMUP:-1}
 ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
+VERIFY_EVERY=${BENCH_VERIFY_EVERY:-10}
+KEYS=$OUT/keys
 N_PREFILL=${BENCH_PREFILL:-512}
 N_UBATCH=${BENCH_UBATCH:-512}
 N_DECODE=${BENCH_DECODE:-64}
@@ -90,7 +96,7 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|observe|local|rows1|experts1|experts2|shard1) ;; *) die "unknown variant '$v'";; esac
+    case "$v" in single|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify) ;; *) die "unknown variant '$v'";; esac
 done
 for n in $NETS; do case "$n" in 1g|10g) ;; *) die "BENCH_NETS: unknown link '$n' (1g, 10g or none)";; esac; done
 NET_NOTE=""
@@ -99,6 +105,11 @@ if [ -n "$NETS" ]; then
 fi
 
 mkdir -p "$OUT" "$MODELS_DIR"
+if [ ! -f "$KEYS/worker/moezip.key" ] || [ ! -f "$KEYS/coordinator/moezip.key" ]; then   # experts1_curve's keys, once
+    rm -rf "$KEYS" && mkdir -p "$KEYS"
+    "$BIN/moezip-worker" --keygen "$KEYS/worker" > /dev/null && "$BIN/moezip-worker" --keygen "$KEYS/coordinator" > /dev/null ||
+        die "moezip-worker --keygen failed (CURVE keys for experts1_curve in $KEYS)"
+fi
 exec 9> "$OUT/.lock"
 flock -n 9 || die "another bench is running (lock $OUT/.lock)"
 rm -rf "$RUNS"
@@ -153,10 +164,12 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 # 4-layer q8_0 model and the tiny real model; on the others the variants that answer their question
 # (8 layers: twice the round trips per token; q4_K: another weight type), to keep the default run
 # within ~25 minutes (a full default run took 26-30 min here). `local` always gets phase runs (the MoE
-# share for the Amdahl bound).
+# share for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify)
+# on the 4-layer q8_0 model only (estimated 4-5 more minutes; not yet run in full).
 plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     case "$1" in
+        a3b-L4-q8_0) echo "single observe local rows1 experts1 experts1_curve experts1_verify experts2 shard1" ;;
         a3b-L8-q8_0) echo "single experts1" ;;
         a3b-L4-q4_K) echo "single rows1 experts1" ;;
         *) echo "single observe local rows1 experts1 experts2 shard1" ;;
@@ -167,12 +180,18 @@ plan_for() {
 # start_worker IDX CORE NETNS BIND MODEL EXPERTS: background worker (own process group), endpoint in W_EP[IDX]
 W_EP=()
 W_MIB=()
+# W_CURVE=1: the worker serves over CURVE with the bench's keys; else a bind in a network namespace
+# (not loopback) is plain with --insecure (the namespaces are the bench's own).
+W_CURVE=0
+CFG_VERIFY=0   # write_config: dispatch.verify_every
 start_worker() {
     local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() t pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
     [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
     [ "$LOAD" = mmap ] && args+=(--mmap)
     [ -n "$experts" ] && args+=(--experts "$experts")
+    if [ "$W_CURVE" = 1 ]; then args+=(--key "$KEYS/worker/moezip.key" --allow "$KEYS/coordinator/moezip.pub")
+    elif [ -n "$ns" ]; then args+=(--insecure); fi
     rm -f "$TMPW/w$i.out" "$TMPW/w$i.err"
     setsid "${pre[@]+"${pre[@]}"}" "$BIN/moezip-worker" --model "$model" --bind "$bind" --threads 1 \
         "${args[@]+"${args[@]}"}" > "$TMPW/w$i.out" 2> "$TMPW/w$i.err" &
@@ -218,6 +237,8 @@ write_config() {
         echo "timeout_ms = 120000"
         echo "connect_timeout_ms = 20000"
         echo "on_worker_error = \"abort\""
+        if [ "$CFG_VERIFY" -gt 0 ]; then echo "verify_every = $CFG_VERIFY"; fi
+        if [ "$W_CURVE" = 1 ]; then echo "client_key = \"$KEYS/coordinator/moezip.key\""; fi
         case "$mode" in
             rows) echo "[rows]"; echo "local_share = $ROWS_SHARE" ;;
             experts) echo "[experts]"; echo "local = \"$local_experts\"" ;;
@@ -228,6 +249,7 @@ write_config() {
             echo "endpoint = \"$ep\""
             if [ "$mode" = rows ] || [ "$mode" = shard ]; then echo "share = $share"; fi
             if [ "$mode" = experts ]; then echo "experts = \"$ex\""; fi
+            if [ "$W_CURVE" = 1 ]; then echo "public_key = \"$(sed -n 's/^public-key = "\(.*\)"$/\1/p' "$KEYS/worker/moezip.pub")\""; fi
         done
     } > "$file"
 }
@@ -248,16 +270,19 @@ run_one() {
     case "$v" in
         observe) mode=observe ;; local) mode=local ;;
         rows1) mode=rows; n_workers=1 ;;
-        experts1) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
+        experts1|experts1_curve|experts1_verify) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
         experts2) mode=experts; n_workers=2 ;;
         shard1) mode=shard; n_workers=1 ;;
     esac
+    W_CURVE=0; CFG_VERIFY=0
+    if [ "$v" = experts1_curve ]; then W_CURVE=1; fi
+    if [ "$v" = experts1_verify ]; then CFG_VERIFY=$VERIFY_EVERY; fi
     # workers
     local wex=() wshare=() wns=() wbind=() ok=1
     W_EP=(); W_MIB=(); W_HWM=()
     case "$v" in
         rows1|shard1) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
-        experts1) wex=("$half-$((E - 1))") ;;
+        experts1|experts1_curve|experts1_verify) wex=("$half-$((E - 1))") ;;
         experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
     esac
     for ((i = 0; i < n_workers; i++)); do
@@ -351,7 +376,7 @@ for m in $MODELS; do
 
     # phase runs (placement h0): local and every distributed variant, per link
     phase=()
-    for v in local $variants; do case "$v" in local|rows1|experts1|experts2|shard1) phase+=("$v lo");; esac; done
+    for v in local $variants; do case "$v" in local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify) phase+=("$v lo");; esac; done
     for v in $NET_VARIANTS; do for n in $nets_here; do phase+=("$v $n"); done; done
     seen=" "
     for c in "${phase[@]}"; do

@@ -2,7 +2,7 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "observe", "local", "rows1", "experts1", "experts2", "shard1"];
+const VARIANTS = ["single", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1"];
 const NETS = ["lo", "1g", "10g"];
 const order = (a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0) ||
                         NETS.indexOf(a.net) - NETS.indexOf(b.net) ||

@@ -7,6 +7,8 @@
 //   rows1 prefill          1 / ((1 - p) + p * max(s, 1 - s)), s = the coordinator's row share
 //   rows1 decode           1 (one row per region is below rows.min_rows: computed locally)
 //   experts1               1 / ((1 - p) + p / 2) (the experts split in halves between two cores)
+//   experts1_curve         the same (CURVE costs transfer time, not compute)
+//   experts1_verify        1 (not computed: one worker result in N is computed here as well)
 //   experts2               1 (both workers share one core while the coordinator's core waits)
 //   shard1                 1 / ((1 - p) + p * max(s, 1 - s)) in prefill and decode: every expert's n_ff split by s
 "use strict";
@@ -20,7 +22,7 @@ function moe_share(phases, model, phase) {
 function amdahl_bound(variant, phase, p, s) {
     if (p === null) return null;
     if (variant === "rows1" && phase === "prefill") return 1 / (1 - p + p * Math.max(s, 1 - s));
-    if (variant === "experts1") return 1 / (1 - p + p / 2);
+    if (variant === "experts1" || variant === "experts1_curve") return 1 / (1 - p + p / 2);
     if (variant === "shard1") return 1 / (1 - p + p * Math.max(s, 1 - s));
     return 1;
 }
