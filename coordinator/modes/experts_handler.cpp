@@ -145,7 +145,9 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             if (rs) {
                 const bool due = disp_.verify_due(w);
                 if (due || shadow_call) {
-                    released_.erase({r.plan_id, w});  // the check read its experts here: drop them again below
+                    // The check reads this worker's experts here; the pages it faults in stay (dropping
+                    // them again after every check cost more than the check: /proc/self/maps, madvise
+                    // and the faults at the next check). Verification trades some pooled memory for trust.
                     Status vs;
                     if (!verify_part(r, w, p, exact, vs)) {
                         if (!vs) return vs;
