@@ -56,6 +56,8 @@ TEST(Curve, KeygenWritesAPrivateKeyPairAndNeverOverwritesIt) {
     const std::string dir = test_dir("curve_keygen");
     CommandResult r = run_command({bin_path("moezip-worker"), "--keygen", dir + "/k"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    CommandResult deep = run_command({bin_path("moezip-worker"), "--keygen", dir + "/etc/moezip/me"});
+    EXPECT_EQ(deep.exit_code, 0) << "missing parents are made: " << deep.err;
     struct stat sb;
     ASSERT_EQ(stat((dir + "/k/moezip.key").c_str(), &sb), 0);
     EXPECT_EQ(sb.st_mode & 0777, 0600u) << "the key pair is private";

@@ -46,9 +46,12 @@ function summarise(r) {
         lines.push(`  worker ${i} ${w.endpoint} (experts ${w.identity ? w.identity.experts : "?"}): ` +
                    `${w.requests} requests, ${w.slots} expert slots, out ${kib(w.bytes_out)}, in ${kib(w.bytes_in)}, ` +
                    `hash checks ${w.hash_ok} ok / ${w.hash_failed} failed, rtt p50 ${Number(w.rtt_ms_p50).toFixed(3)} ms, ` +
-                   `errors ${w.errors}, timeouts ${w.timeouts}, fallbacks ${w.fallbacks}`);
+                   `errors ${w.errors}, timeouts ${w.timeouts}, fallbacks ${w.fallbacks}, ` +
+                   (w.curve ? "CURVE (encrypted, keys checked)" : "plain") +
+                   (w.verify && w.verify.checked ? `, ${w.verify.checked} results verified here, ${w.verify.mismatches} wrong` : ""));
         if (!(w.requests > 0)) failed.push(`worker ${i} (${w.endpoint}) got no requests`);
         if (w.hash_failed > 0) failed.push(`worker ${i}: ${w.hash_failed} result hash checks failed`);
+        if (w.untrusted) failed.push(`worker ${i}: ${w.untrusted}`);
         if (w.errors > 0 || w.timeouts > 0 || w.fallbacks > 0 || w.refused)
             failed.push(`worker ${i}: errors ${w.errors}, timeouts ${w.timeouts}, fallbacks ${w.fallbacks}` +
                         (w.refused ? ", refused" : ""));

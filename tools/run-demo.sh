@@ -4,7 +4,9 @@
 # are compared (text and every logits output). See docs/node.md.
 #
 # Steps: check ../shared/fixtures/stories260K.gguf (sha256); upcycle it into $BUILD/run/ (8 experts,
-# top-2, and the exact 8-of-8 variant); start two workers on ipc:// sockets in a private temp dir,
+# top-2, and the exact 8-of-8 variant); make CURVE key pairs for the two workers and the coordinator
+# (moezip-worker --keygen, in the temp dir: docs/security.md); start two workers on ipc:// sockets in
+# a private temp dir, with their keys and the coordinator's public key as the only one admitted,
 # pinned to different cores when there are two, owning experts 0-3 and 4-7; run the CLI with
 # LD_PRELOAD=libmoezip.so in experts mode (require_intercept); run it again single-node (observe mode,
 # report only); print the story, the evidence and `identical: yes|no`; run the exact variant and the
@@ -91,12 +93,20 @@ PIN=0
 if [ "$n_cpu" -ge 2 ] && command -v taskset >/dev/null; then PIN=1; fi
 RANGES=("0-3" "4-7")
 
+# keys: one pair per worker and one for the coordinator (the secrets stay in the temp dir, mode 0600)
+for k in w0 w1 coordinator; do
+    "$BIN/moezip-worker" --keygen "$TMP/keys/$k" > /dev/null || die "moezip-worker --keygen $TMP/keys/$k failed"
+done
+public_key() { sed -n 's/^public-key = "\(.*\)"$/\1/p' "$TMP/keys/$1/moezip.pub"; }
+say "keys: CURVE pairs for worker 0, worker 1 and the coordinator in $TMP/keys; each worker admits the coordinator's key only"
+
 start_worker() {  # index
     local i=$1 pin=()
     [ "$PIN" = 1 ] && pin=(taskset -c "$((i % n_cpu))")
     # setsid: the worker leads its own process group, which cleanup kills as a whole.
     setsid "${pin[@]+"${pin[@]}"}" "$BIN/moezip-worker" --model "$SPARSE" --bind "ipc://$TMP/w$i.sock" \
-        --experts "${RANGES[$i]}" --threads 1 > "$TMP/w$i.out" 2> "$TMP/w$i.err" &
+        --experts "${RANGES[$i]}" --threads 1 --key "$TMP/keys/w$i/moezip.key" --allow "$TMP/keys/coordinator/moezip.pub" \
+        > "$TMP/w$i.out" 2> "$TMP/w$i.err" &
     WORKER_PIDS+=($!)
 }
 
@@ -136,13 +146,18 @@ no_repack = true
 [experts]
 local = ""
 
+[dispatch]
+client_key = "$TMP/keys/coordinator/moezip.key"
+
 [[worker]]
 endpoint = "ipc://$TMP/w0.sock"
 experts = "${RANGES[0]}"
+public_key = "$(public_key w0)"
 
 [[worker]]
 endpoint = "ipc://$TMP/w1.sock"
 experts = "${RANGES[1]}"
+public_key = "$(public_key w1)"
 EOF
 SINGLE_TOML=$TMP/observe.toml
 cat > "$SINGLE_TOML" <<EOF

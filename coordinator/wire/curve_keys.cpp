@@ -79,7 +79,12 @@ Status curve_keypair_new(CurveKeyPair & out) {
 }
 
 Status curve_keygen_write(const std::string & dir, CurveKeyPair & pair, std::string & key_path, std::string & pub_path) {
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Status::io_error("cannot create " + dir + ": " + strerror(errno));
+    for (size_t at = dir.find('/', 1); ; at = dir.find('/', at + 1)) {  // missing parents too, as mkdir -p
+        const std::string part = dir.substr(0, at);
+        if (!part.empty() && mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+            return Status::io_error("cannot create " + part + ": " + strerror(errno));
+        if (at == std::string::npos) break;
+    }
     key_path = dir + "/moezip.key";
     pub_path = dir + "/moezip.pub";
     if (access(key_path.c_str(), F_OK) == 0 || access(pub_path.c_str(), F_OK) == 0)

@@ -35,7 +35,8 @@ bool curve_key_valid(const std::string & z85);
 /// A new key pair (zmq_curve_keypair). Errors: unsupported without CURVE.
 Status curve_keypair_new(CurveKeyPair & out);
 
-/// Writes <dir>/moezip.key (mode 0600) and <dir>/moezip.pub; creates dir (mode 0700) when missing.
+/// Writes <dir>/moezip.key (mode 0600) and <dir>/moezip.pub; creates dir and its missing parents
+/// (mode 0700) first.
 /// Never overwrites: errors (io_error) name the file that exists or cannot be written.
 /// `key_path`/`pub_path` get the paths written.
 Status curve_keygen_write(const std::string & dir, CurveKeyPair & pair, std::string & key_path, std::string & pub_path);
