@@ -68,6 +68,10 @@ TEST(Verify, ATamperingWorkerIsCaughtWithinNResultsAndTheOutputEqualsTheSingleNo
     // check (that cost more than the check itself: /proc/self/maps, madvise, faults at the next one)
     EXPECT_LE(rep["memory"]["released_parts"].get<int>(), 2) << rep["memory"].dump();
 
+    CommandResult show = run_command({bin_path("moezip-report"), "show", c.dir + "/v1.json"});
+    EXPECT_NE(show.out.find("UNTRUSTED " + c.workers[1]->endpoint() + ": worker " + c.workers[1]->endpoint() + " returned a wrong result"),
+              std::string::npos) << show.out;
+
     // verify_every = 4: one result in every 4, at a position the worker cannot predict: caught within 4
     CommandResult v4 = run_host(c, "v4", model, "verify_every = 4\nmode = \"experts\"\n" + workers);
     ASSERT_EQ(v4.exit_code, 0) << v4.err;

@@ -83,6 +83,12 @@ std::string workers_section(const json & workers) {
             s += "  last failure of " + field(w, "endpoint") + ": " + field(w, "last_failure") + "\n";
     for (const json & w : rows)
         if (!field(w, "refused").empty() && field(w, "refused") != "-") s += "  refused " + field(w, "endpoint") + ": " + field(w, "refused") + "\n";
+    for (const json & w : rows)  // docs/security.md: a worker caught returning wrong results
+        if (!field(w, "untrusted").empty() && field(w, "untrusted") != "-") s += "  UNTRUSTED " + field(w, "endpoint") + ": " + field(w, "untrusted") + "\n";
+    for (const json & w : rows)
+        if (w.contains("curve")) s += "  " + field(w, "endpoint") + ": " + (w["curve"] == true ? "CURVE (encrypted, authenticated)" : "plain ZeroMQ") +
+                                      (w.contains("verify") && w["verify"].is_object() ? ", results verified here " + field(w["verify"], "checked") +
+                                                                                             ", wrong " + field(w["verify"], "mismatches") : "") + "\n";
     return s + shadow;
 }
 
