@@ -179,6 +179,12 @@ TEST(Curve, TheRealCoordinatorOverCurveEqualsTheSingleNodeRunAndAnUnknownKeyFail
     CommandResult stranger = run("stranger", body(c.dir + "/stranger/moezip.key"));
     EXPECT_EQ(stranger.exit_code, 4) << stranger.err;
     EXPECT_NE(stranger.err.find("CURVE handshake did not complete"), std::string::npos) << stranger.err;
+    // a key file that cannot be used refuses its workers by name, before anything is sent
+    chmod((c.dir + "/stranger/moezip.key").c_str(), 0644);
+    CommandResult leaky = run("leaky", body(c.dir + "/stranger/moezip.key"));
+    EXPECT_EQ(leaky.exit_code, 4) << leaky.err;
+    EXPECT_NE(leaky.err.find("refused: client_key: key file " + c.dir + "/stranger/moezip.key may be read by group or others"),
+              std::string::npos) << leaky.err;
     for (auto & w : c.workers) ASSERT_EQ(w->stop(SIGTERM, 5000), 0);
     EXPECT_GE(worker_counter(c.workers[0]->stderr_text(), "key refused"), 1u) << c.workers[0]->stderr_text();
 }

@@ -27,7 +27,11 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
         w.keys.server_public = w.cfg->public_key;
         Status st = curve_available() ? curve_keypair_read(w.cfg->client_key, w.keys.client)
                                       : Status::unsupported("this libzmq has no CURVE support");
-        if (!st) w.refused = "worker " + w.cfg->endpoint + " refused: client_key: " + st.message();
+        if (!st) {
+            w.refused = "worker " + w.cfg->endpoint + " refused: client_key: " + st.message();
+            LOG_ERROR("%s", w.refused.c_str());
+            pending_errors_.push_back(w.refused);
+        }
     }
 }
 
