@@ -228,6 +228,10 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         auto t0 = std::chrono::steady_clock::now();
         LayerCounters delta;
         std::vector<std::string> recovered;
+        if (r.n_tokens > 0) {  // the router ran: its choices are this region's ids (read before anything reuses them)
+            std::lock_guard<std::mutex> lock(mu_);
+            ev_.add_routing(r.il, r.ids, r.n_used, r.n_expert);
+        }
         // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
         Status st = r.n_tokens > 0 ? handle_region(r, delta, recovered) : Status::ok();
         double ms = ms_between(t0, std::chrono::steady_clock::now());
