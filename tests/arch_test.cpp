@@ -222,6 +222,14 @@ TEST(SplitModel, AMissingPartIsANamedWorkerError) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("is part 3 of 3 of a split model: give the first part (-00001-of-00003.gguf)"), std::string::npos)
         << r.err;
+    // a first part renamed: the others cannot be found by name
+    ASSERT_EQ(run_command({"/bin/cp", first, dir + "/renamed.gguf"}).exit_code, 0);
+    argv = worker;
+    argv.push_back(dir + "/renamed.gguf");
+    r = run_command(argv, {}, 60);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("is the first of 3 split files (split.count) but its name does not end in -00001-of-00003.gguf"),
+              std::string::npos) << r.err;
 }
 
 } // namespace
