@@ -27,7 +27,7 @@ namespace moezip {
     X(ggml_init) X(ggml_free) X(ggml_tensor_overhead) X(ggml_graph_overhead_custom) \
     X(ggml_new_tensor_1d) X(ggml_new_tensor_2d) X(ggml_new_tensor_3d) \
     X(ggml_view_2d) X(ggml_view_3d) X(ggml_reshape_3d) \
-    X(ggml_mul_mat_id) X(ggml_glu_split) \
+    X(ggml_mul_mat_id) X(ggml_glu_split) X(ggml_swiglu_oai) X(ggml_add_id) X(ggml_repeat_4d) \
     X(ggml_mul) X(ggml_add) X(ggml_cont) \
     X(ggml_new_graph_custom) X(ggml_build_forward_expand) X(ggml_graph_view) \
     X(ggml_graph_n_nodes) X(ggml_graph_node) \

@@ -77,6 +77,13 @@ bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<
                 it = ev_.provider_map.emplace(now.plan_id, now).first;
                 if (!r.dispatchable) LOG_WARN("layer %d is not dispatchable: %s", r.il, r.reason.c_str());
             }
+            if (r.dispatchable && handler_ != nullptr && opt_.handle_regions) {
+                std::string why = handler_->refuses(r);  // recognised, but not computable in this mode
+                if (!why.empty()) {
+                    r.dispatchable = false;
+                    r.reason = why;
+                }
+            }
             ProviderEntry & p = it->second;
             p.dispatchable = r.dispatchable;
             p.reason = r.reason;

@@ -12,7 +12,7 @@
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config; exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
 #include "coordinator/config/config.h"
-#include "coordinator/config/config_internal.h"  // config_endpoint_valid
+#include "coordinator/config/config_endpoint.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/log.h"
 #include "tools/moezip-worker/worker_engine.h"
