@@ -1,7 +1,8 @@
 // The MoE architectures people run (issue 13), as moezip-fixture writes them: each loads and
 // generates under the preload (observe), the report's provider map says per MoE layer whether it
-// is dispatchable or why not, and where it is, local, rows and experts mode (two workers) give the
-// observe run's logits bit for bit. Also per-layer expert counts, and a split model (3 files)
+// is dispatchable or why not, and local, rows and experts mode (two workers) give the observe run's
+// logits bit for bit — with require_intercept where the arch must be dispatchable, with a named
+// reason for each layer a mode leaves to the engine otherwise. Also per-layer expert counts, and a split model (3 files)
 // served by workers and mapped lazily here part by part.
 #include "tests/cluster.h"
 
@@ -36,44 +37,75 @@ std::string worker_entry(const std::string & endpoint, const std::string & key, 
     return "[[worker]]\nendpoint = \"" + endpoint + "\"\n" + key + " = " + value + "\n";
 }
 
-/// Local, rows (one worker with every expert) and experts (two workers, 0-3 and 4-7) mode, each with
-/// require_intercept, must equal the observe run `dir`/observe bit for bit and send work out.
-void expect_every_mode_equals_observe(Cluster & c, const std::string & model) {
-    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/all.sock", ""));
-    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/e0.sock", "0-3"));
-    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/e1.sock", "4-7"));
-    const std::string strict = "require_intercept = true\n";
-    const struct { const char * name; std::string body; } modes[] = {
-        {"local", strict + "mode = \"local\"\n"},
-        {"rows", strict + "mode = \"rows\"\n[rows]\nlocal_share = 0.5\n" + worker_entry(c.workers[0]->endpoint(), "share", "0.5")},
-        {"experts", strict + "mode = \"experts\"\n" + worker_entry(c.workers[1]->endpoint(), "experts", "\"0-3\"") +
-                        worker_entry(c.workers[2]->endpoint(), "experts", "\"4-7\"")},
-    };
-    for (const auto & m : modes) {
-        CommandResult r = run_host(c.dir, m.name, model, m.body);
-        ASSERT_EQ(r.exit_code, 0) << m.name << ": " << r.err;
-        expect_same_logits(c.dir, "observe", m.name);
-        const json rep = load_json(c.dir + "/" + m.name + ".json");
-        EXPECT_EQ(sum_layers(rep, "passthrough"), 0u) << m.name << ": every region is handled";
-        EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << m.name;
-        if (std::string(m.name) != "local") {
-            EXPECT_GT(sum_layers(rep, "remote_slots"), 0u) << m.name << " sent nothing out";
-        }
-        for (const auto & w : rep["workers"]) EXPECT_EQ(w["refused"], "") << m.name << ": " << w.dump();
-    }
-}
-
 /// What the provider map must say about an arch's MoE layers.
 enum class expect_kind {
-    dispatchable,  ///< every MoE layer dispatchable, every mode bit-identical
-    either,        ///< not dispatchable today with a reason naming a node; bit-identical when it becomes so
+    dispatchable,  ///< every MoE layer dispatchable in every mode, and bit-identical (require_intercept)
+    either,        ///< bit-identical in every mode; where a layer is not handled as configured, a named reason
 };
+
+/// Runs `mode` (`body` is its config) and checks it against the observe run in c.dir: the same
+/// logits always; with expect dispatchable also require_intercept, nothing left to the engine, no
+/// fallback and (distributing modes) work sent out; otherwise each layer the mode leaves to the
+/// engine has a reason in its provider map entry, and a mode that handles every layer sends work out.
+void expect_mode_equals_observe(const Cluster & c, const std::string & model, const std::string & mode,
+                                const std::string & body, expect_kind expect) {
+    const bool strict = expect == expect_kind::dispatchable;
+    CommandResult r = run_host(c.dir, mode, model, (strict ? "require_intercept = true\n" : "") + body);
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
+    expect_same_logits(c.dir, "observe", mode);
+    const json rep = load_json(c.dir + "/" + mode + ".json");
+    bool all_handled = true;
+    for (const auto & p : rep["provider_map"]) {
+        const bool ok = p["dispatchable"].get<bool>();
+        all_handled = all_handled && ok;
+        EXPECT_TRUE(ok || !p.value("reason", "").empty()) << mode << ": a layer left to the engine says why: " << p.dump();
+        EXPECT_TRUE(ok || !strict) << mode << ": " << p.dump();
+    }
+    EXPECT_EQ(sum_layers(rep, "passthrough") == 0, all_handled) << mode;
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << mode;
+    if (mode != "local" && all_handled) {
+        EXPECT_GT(sum_layers(rep, "remote_slots"), 0u) << mode << " sent nothing out";
+    }
+    for (const auto & w : rep["workers"]) EXPECT_EQ(w["refused"], "") << mode << ": " << w.dump();
+}
+
+/// Starts moezip-worker on `model` without failing the test; the worker's message when it refuses.
+std::string try_start_worker(Cluster & c, const std::string & model, const std::string & name, const std::string & experts) {
+    std::vector<std::string> args = {"--model", model, "--bind", "ipc://" + c.dir + "/" + name + ".sock", "--threads", "1"};
+    if (!experts.empty()) args.insert(args.end(), {"--experts", experts});
+    c.workers.emplace_back(new WorkerProcess());
+    if (c.workers.back()->start(args, c.dir)) return "";
+    return c.workers.back()->error() + " " + c.workers.back()->stderr_text();
+}
+
+/// Local, rows (one worker with every expert) and experts (two workers, 0-3 and 4-7) mode against
+/// observe (expect_mode_equals_observe). `worker_refusal`: what a worker that refuses the model must
+/// name (expect either); the distributing modes are then not run.
+void expect_every_mode_equals_observe(Cluster & c, const std::string & model, expect_kind expect,
+                                      const char * worker_refusal = "") {
+    expect_mode_equals_observe(c, model, "local", "mode = \"local\"\n", expect);
+    for (const char * w : {"all", "e0", "e1"}) {
+        const std::string why = try_start_worker(c, model, w, std::string(w) == "all" ? "" : std::string(w) == "e0" ? "0-3" : "4-7");
+        if (why.empty()) continue;
+        ASSERT_EQ(expect, expect_kind::either) << "the worker refused the model: " << why;
+        EXPECT_NE(why.find(worker_refusal), std::string::npos) << "the worker's refusal names " << worker_refusal << ": " << why;
+        return;
+    }
+    expect_mode_equals_observe(c, model, "rows",
+                               "mode = \"rows\"\n[rows]\nlocal_share = 0.5\n" + worker_entry(c.workers[0]->endpoint(), "share", "0.5"),
+                               expect);
+    expect_mode_equals_observe(c, model, "experts",
+                               "mode = \"experts\"\n" + worker_entry(c.workers[1]->endpoint(), "experts", "\"0-3\"") +
+                                   worker_entry(c.workers[2]->endpoint(), "experts", "\"4-7\""),
+                               expect);
+}
 
 struct arch_case {
     const char * arch;
     std::vector<int> moe_layers;  ///< the layers with routed experts in the tiny fixture
     expect_kind expect;
-    const char * node;            ///< the node a refusal names (expect_kind::either)
+    const char * node;            ///< expect either: what a reason names where the layer is not recognised
+    const char * worker_refusal;  ///< expect either: what a worker that refuses the model names
 };
 
 std::string case_name(const ::testing::TestParamInfo<arch_case> & i) {
@@ -84,7 +116,7 @@ std::string case_name(const ::testing::TestParamInfo<arch_case> & i) {
 
 class ArchModes : public ::testing::TestWithParam<arch_case> {};
 
-TEST_P(ArchModes, ObserveMapsEveryMoeLayerAndDispatchableLayersAreBitIdentical) {
+TEST_P(ArchModes, ObserveMapsEveryMoeLayerAndEveryModeIsBitIdentical) {
     const arch_case ac = GetParam();
     const std::string model = fixture_model({"--arch", ac.arch, "--type", "q8_0"});
     ASSERT_FALSE(model.empty());
@@ -94,44 +126,35 @@ TEST_P(ArchModes, ObserveMapsEveryMoeLayerAndDispatchableLayersAreBitIdentical) 
     EXPECT_EQ(load_json(c.dir + "/observe-run.json")["tokens"].size(), 16u);
     const json rep = load_json(c.dir + "/observe.json");
     std::set<int> layers;
-    bool all_dispatchable = true;
     for (const auto & p : rep["provider_map"]) {
         layers.insert(p["il"].get<int>());
-        const bool ok = p["dispatchable"].get<bool>();
-        all_dispatchable = all_dispatchable && ok;
-        if (ok) continue;
+        if (p["dispatchable"].get<bool>()) continue;
         const std::string reason = p.value("reason", "");
         EXPECT_NE(reason.find(ac.node), std::string::npos) << ac.arch << " layer " << p["il"] << ": the reason names the node: " << reason;
-        EXPECT_EQ(ac.expect, expect_kind::either) << ac.arch << " layer " << p["il"] << " is not dispatchable: " << reason;
+        EXPECT_EQ(ac.expect, expect_kind::either) << ac.arch << " layer " << p["il"] << " is not recognised: " << reason;
     }
     EXPECT_EQ(layers, std::set<int>(ac.moe_layers.begin(), ac.moe_layers.end())) << rep["provider_map"].dump();
-    if (all_dispatchable) {
-        expect_every_mode_equals_observe(c, model);
-        return;
-    }
-    // Not dispatchable (today: gpt-oss, llama4): the engine computes those regions, and local mode
-    // without require_intercept leaves them to it unchanged. LEAD: when moe_region accepts the
-    // node, the branch above runs instead; then switch the arch's expect to dispatchable (the
-    // workers must then also load its expert biases: tools/moezip-worker/worker_model.cpp refuses
-    // them today).
-    CommandResult local = run_host(c.dir, "local", model, "mode = \"local\"\n");
-    ASSERT_EQ(local.exit_code, 0) << local.err;
-    expect_same_logits(c.dir, "observe", "local");
-    EXPECT_GT(sum_layers(load_json(c.dir + "/local.json"), "passthrough"), 0u);
+    expect_every_mode_equals_observe(c, model, ac.expect, ac.worker_refusal);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Archs, ArchModes,
-    ::testing::Values(arch_case{"qwen3moe", {0, 1}, expect_kind::dispatchable, ""},
-                      arch_case{"qwen2moe", {0, 1}, expect_kind::dispatchable, ""},
-                      arch_case{"deepseek2", {1, 2}, expect_kind::dispatchable, ""},
-                      arch_case{"olmoe", {0, 1}, expect_kind::dispatchable, ""},
-                      arch_case{"glm4moe", {1, 2}, expect_kind::dispatchable, ""},
-                      arch_case{"llama", {0, 1}, expect_kind::dispatchable, ""},
-                      // expert biases: "expert biases (ffn_moe_up_biased) are not supported"
-                      arch_case{"gpt-oss", {0, 1}, expect_kind::either, "ffn_moe_"},
-                      // router weight on the input: "ffn_moe_weighted is not MUL(down, weights) ..."
-                      arch_case{"llama4", {1, 3}, expect_kind::either, "ffn_moe_weighted"}),
+    ::testing::Values(arch_case{"qwen3moe", {0, 1}, expect_kind::dispatchable, "", ""},
+                      arch_case{"qwen2moe", {0, 1}, expect_kind::dispatchable, "", ""},
+                      arch_case{"deepseek2", {1, 2}, expect_kind::dispatchable, "", ""},
+                      arch_case{"olmoe", {0, 1}, expect_kind::dispatchable, "", ""},
+                      arch_case{"glm4moe", {1, 2}, expect_kind::dispatchable, "", ""},
+                      arch_case{"llama", {0, 1}, expect_kind::dispatchable, "", ""},
+                      // LEAD: switch gpt-oss and llama4 to expect_kind::dispatchable once workers compute
+                      // their forms (the test then requires require_intercept in rows and experts mode).
+                      // Today: recognised and computed here in local mode (bit-identical); rows and experts
+                      // leave them to the engine with a reason ("... computed by moezip here (mode local)
+                      // but not yet by workers"); moezip-worker refuses gpt-oss's expert bias tensors
+                      // (tools/moezip-worker/worker_model.cpp). Before main a47958f the observe reasons were
+                      // "expert biases (ffn_moe_up_biased) are not supported" and "ffn_moe_weighted is not
+                      // MUL(down, weights) (weights applied before the FFN?)".
+                      arch_case{"gpt-oss", {0, 1}, expect_kind::either, "ffn_moe_", "ffn_gate_exps.bias"},
+                      arch_case{"llama4", {1, 3}, expect_kind::either, "ffn_moe_", ""}),
     case_name);
 
 TEST(PerLayerExperts, CountsOfEveryLayerAreDispatchableAndBitIdentical) {
@@ -150,7 +173,7 @@ TEST(PerLayerExperts, CountsOfEveryLayerAreDispatchableAndBitIdentical) {
         const std::string pattern = p["pattern"];
         EXPECT_EQ(pattern.substr(pattern.rfind(',')), sums[p["il"].get<int>()]) << p.dump();
     }
-    expect_every_mode_equals_observe(c, model);
+    expect_every_mode_equals_observe(c, model, expect_kind::dispatchable);
 }
 
 uint64_t file_size(const std::string & path) {
