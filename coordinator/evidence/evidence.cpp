@@ -32,10 +32,10 @@ void Evidence::end_stream(const void * sched) {
     stream_of.erase(it);
 }
 
-void Evidence::add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert) {
+void Evidence::add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert, bool decode) {
     RoutingCounts & rc = routing[il];
     const int64_t n_tokens = ids->ne[1];
-    std::vector<uint64_t> & counts = n_tokens == 1 ? rc.decode : rc.prefill;
+    std::vector<uint64_t> & counts = decode ? rc.decode : rc.prefill;
     if ((int64_t) counts.size() < n_expert) counts.resize((size_t) n_expert, 0);
     const char * base = static_cast<const char *>(ids->data);
     for (int64_t t = 0; t < n_tokens; ++t)
@@ -97,7 +97,7 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
     j["layers"] = layers;
     json routing = json::array();
     for (const auto & kv : ev.routing)
-        routing.push_back({{"il", kv.first}, {"prefill", kv.second.prefill}, {"decode", kv.second.decode}});
+        routing.push_back({{"il", kv.first}, {"prefill", kv.second.prefill}, {"decode", kv.second.decode}});  // [n_expert] each
     j["routing"] = routing;
     j["checks"] = {{"identity_passed", ev.identity_passed}, {"identity_failed", ev.identity_failed},
                    {"regions_handled", ev.regions_handled}, {"regions_passthrough", ev.regions_passthrough}};

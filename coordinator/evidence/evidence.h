@@ -35,7 +35,8 @@ struct LayerCounters {
 };
 
 /// How often each expert of one layer was routed to: one count per (row, slot) the layer's regions
-/// summed, prefill (regions of more than one row) and decode (one row) apart. The input of expert
+/// summed, prefill and decode apart (a decode graph has no region of more than one row; in a
+/// prefill graph the last layer may have one row: only the outputs asked for are computed). The input of expert
 /// placement (which experts are hot, which host should hold them).
 struct RoutingCounts {
     std::vector<uint64_t> prefill, decode;  ///< [n_expert]
@@ -82,8 +83,8 @@ struct Evidence {
     std::map<int, LayerCounters> layers;
     std::map<int, RoutingCounts> routing;  ///< by layer, over the regions moezip handled
     /// Counts the experts region rows chose (ids [n_used_ids, n_tokens] i32 read through nb, the
-    /// first n_used slots of each row). Ids outside [0, n_expert) are not counted.
-    void add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert);
+    /// first n_used slots of each row) as prefill or decode. Ids outside [0, n_expert) are not counted.
+    void add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert, bool decode);
     uint64_t graphs = 0;            ///< CPU graph computes seen
     uint64_t moe_graphs = 0;        ///< of which with at least one MoE region
     uint64_t sched_graphs = 0;      ///< graphs the engine's scheduler computed
