@@ -68,6 +68,18 @@ TEST_P(ObserveVsLocal, LogitsBitIdenticalAndEveryRegionIntercepted) {
         EXPECT_EQ(layer["calls"], 33) << layer.dump();
         EXPECT_EQ(layer["passthrough"], 0) << layer.dump();
     }
+    // routing statistics: every slot handled is counted once, for one of the 8 experts; the 31
+    // one-row graphs (decode) apart from the two prefill ubatches
+    ASSERT_EQ(loc["routing"].size(), loc["layers"].size());
+    for (size_t i = 0; i < loc["routing"].size(); ++i) {
+        const json & rt = loc["routing"][i];
+        uint64_t prefill = 0, decode = 0;
+        for (const auto & n : rt["prefill"]) prefill += n.get<uint64_t>();
+        for (const auto & n : rt["decode"]) decode += n.get<uint64_t>();
+        EXPECT_EQ(rt["decode"].size(), 8u) << rt.dump();
+        EXPECT_EQ(prefill + decode, loc["layers"][i]["slots"].get<uint64_t>()) << rt.dump();
+        EXPECT_EQ(decode, 31u * 2) << "31 decode graphs of one row, top-2: " << rt.dump();
+    }
     EXPECT_EQ(loc["checks"]["identity_failed"], 0);
     EXPECT_EQ(loc["checks"]["regions_passthrough"], 0);
     EXPECT_EQ(loc["checks"]["regions_handled"], 66);

@@ -142,7 +142,7 @@ TEST(Curve, ANonLoopbackBindWithoutKeysRefusesToStart) {
     WorkerProcess insecure;
     ASSERT_TRUE(insecure.start({"--model", tiny_q8(), "--bind", "tcp://0.0.0.0:*", "--insecure"}, dir)) << insecure.error();
     EXPECT_NE(insecure.stderr_text().find("warning: --insecure"), std::string::npos) << insecure.stderr_text();
-    EXPECT_NE(insecure.ready_line().find(", plain)"), std::string::npos) << insecure.ready_line();
+    EXPECT_NE(insecure.ready_line().find(", plain;"), std::string::npos) << insecure.ready_line();
 }
 
 TEST(Curve, TheRealCoordinatorOverCurveEqualsTheSingleNodeRunAndAnUnknownKeyFailsLoudly) {

@@ -4,6 +4,7 @@
 #include "coordinator/base/test_fault.h"
 #include "coordinator/wire/transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -218,6 +219,9 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
                                     "(see the report's errors)");
         return GGML_STATUS_FAILED;
     }
+    int64_t max_rows = 0;
+    for (const MoeRegion & r : regions) max_rows = std::max(max_rows, r.n_tokens);
+    const bool decode_graph = max_rows <= 1;
     int pos = 0;
     for (size_t i = 0; i < regions.size(); ++i) {
         if (!handle[i]) continue;
@@ -228,6 +232,10 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         auto t0 = std::chrono::steady_clock::now();
         LayerCounters delta;
         std::vector<std::string> recovered;
+        if (r.n_tokens > 0) {  // the router ran: its choices are this region's ids (read before anything reuses them)
+            std::lock_guard<std::mutex> lock(mu_);
+            ev_.add_routing(r.il, r.ids, r.n_used, r.n_expert, decode_graph);
+        }
         // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
         Status st = r.n_tokens > 0 ? handle_region(r, delta, recovered) : Status::ok();
         double ms = ms_between(t0, std::chrono::steady_clock::now());

@@ -10,7 +10,9 @@
 //
 // Prints one line to stdout once the socket is bound and the experts are loaded:
 //   moezip-worker: serving <endpoint> experts <ranges> of <n_expert> (<n> MoE layers, <x> MiB of
-//   expert weights in memory, cpu <variant>, instance <hex>, curve <public key>|plain)
+//   expert weights in memory, cpu <variant>, instance <id>, curve <public key>|plain; layers <ranges> from <file>)
+// where a split model lists each file with the layers whose expert tensors it holds:
+//   ...; layers 0-3 from 3 files: m-00001-of-00003.gguf (0), m-00002-of-00003.gguf (1-2), ...)
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config, keys that cannot be read, or a non-loopback bind without a key (and without --insecure);
 // exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
@@ -47,6 +49,29 @@ struct WorkerSettings {
     int handshake_ms = 5000;
     int64_t max_rows = 4096, max_slots = 32768, max_in_mib = 128, max_out_mib = 256, max_scratch_mib = 1024;
 };
+
+/// Layer indices as ranges ("0-2,5"), "none" when empty.
+std::string layers_text(const std::vector<int> & layers) {
+    std::vector<moezip::ExpertRange> ranges;
+    for (int il : layers) {
+        if (!ranges.empty() && ranges.back().last + 1 == il) ranges.back().last = il;
+        else ranges.push_back({il, il});
+    }
+    return ranges.empty() ? "none" : moezip::expert_ranges_format(ranges);
+}
+
+/// "layers 0-1 from m.gguf", or for a split model every file with the layers it holds.
+std::string files_text(const moezip::WorkerModel & w) {
+    std::vector<int> all;
+    for (const auto & l : w.layers()) all.push_back(l.il);
+    const std::vector<moezip::WorkerFile> files = w.files();
+    std::string text = "layers " + layers_text(all) + " from ";
+    if (files.size() == 1) return text + files[0].path;
+    text += std::to_string(files.size()) + " files: ";
+    for (size_t k = 0; k < files.size(); ++k)
+        text += (k ? ", " : "") + files[k].path + " (" + layers_text(files[k].layers) + ")";
+    return text;
+}
 
 int fail(int code, const std::string & message) {
     fprintf(stderr, "moezip-worker: %s\n", message.c_str());
@@ -189,12 +214,12 @@ int main(int argc, char ** argv) {
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
         printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s, "
-               "%s%s)\n",
+               "%s%s; %s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
                s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str(),
                moezip::hex64(opt.instance).c_str(), opt.key.public_key.empty() ? "plain" : "curve ",
-               opt.key.public_key.c_str());
+               opt.key.public_key.c_str(), files_text(weights).c_str());
         fprintf(stderr, "moezip-worker: per-request budget %s; %zu coordinator key%s admitted; descriptor limit %ld\n",
                 moezip::budget_describe(opt.budget).c_str(), opt.allow.size(), opt.allow.size() == 1 ? "" : "s", fd_limit);
         fflush(stdout);
