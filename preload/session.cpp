@@ -134,7 +134,7 @@ Status bind_engine(Session & s, const void * caller, ComputeFn real) {
     if (!st) return st;
     s.ev.ggml_version = s.api.ggml_version();
     s.ev.ggml_commit = s.api.ggml_commit();
-    st = abi_guard_check(s.api);
+    st = abi_guard_check(s.api, base);
     s.ev.abi_status = st ? "ok" : st.message();
     if (!st) return st;
     std::string cpu = object_path_of(caller);
@@ -143,8 +143,7 @@ Status bind_engine(Session & s, const void * caller, ComputeFn real) {
     s.api.ggml_graph_compute = real;  // never our own hook, whatever dlsym said
     BackendVariant & v = s.ev.variant;
     v.path = cpu;
-    std::string file = cpu.substr(cpu.rfind('/') + 1);
-    v.name = file.rfind("libggml-cpu-", 0) == 0 ? file.substr(12, file.find(".so") - 12) : file;
+    v.name = cpu_library_name(cpu);
     v.build_id = loaded_object_build_id(cpu);
     v.compute_fn = reinterpret_cast<const void *>(real);
     return Status::ok();

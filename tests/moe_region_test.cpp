@@ -19,7 +19,7 @@ using moezip_test::reference_api;
 namespace {
 
 /// Variants of build_moe_ffn the recogniser must tell apart.
-enum class Variant { standard, top1, fused_gate_up, weight_before_ffn, foreign_reader, shared_expert_after };
+enum class Variant { standard, top1, fused_gate_up, weight_before_ffn, foreign_reader, shared_expert_after, precision_on_down };
 
 struct MoeGraph {
     ggml_context * ctx = nullptr;
@@ -89,6 +89,8 @@ void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int6
     ggml_set_name(act, "ffn_moe_swiglu-0");
     ggml_tensor * experts = ggml_mul_mat_id(ctx, down_exps, act, selected);
     ggml_set_name(experts, "ffn_moe_down-0");
+    // as ggml_prec_set_acc(experts, GGML_PREC_F32) does in newer ggml (node-llama-cpp 3.22's, for mistral4)
+    if (v == Variant::precision_on_down) ggml_set_op_params_i32(experts, 0, 10);
     if (v != Variant::weight_before_ffn) {
         experts = ggml_mul(ctx, experts, weights);
         ggml_set_name(experts, "ffn_moe_weighted-0");
@@ -184,6 +186,15 @@ TEST(MoeRegion, AReaderOfAnIntermediateOutsideTheRegionMakesItNotDispatchable) {
     ASSERT_EQ(regions.size(), 1u);
     EXPECT_FALSE(regions[0].dispatchable);
     EXPECT_NE(regions[0].reason.find("reads its intermediate"), std::string::npos) << regions[0].reason;
+}
+
+TEST(MoeRegion, AnExpertMatmulWithAPrecisionSetIsReportedNotDispatchable) {
+    MoeGraph g;
+    build(g, Variant::precision_on_down);
+    auto regions = regions_of(g);
+    ASSERT_EQ(regions.size(), 1u);
+    EXPECT_FALSE(regions[0].dispatchable);
+    EXPECT_NE(regions[0].reason.find("ffn_moe_down-0 carries op params"), std::string::npos) << regions[0].reason;
 }
 
 TEST(MoeRegion, NodeNameParsing) {

@@ -1,5 +1,6 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
+#include "preload/engine_pin.h"
 #include "tests/test_support.h"
 
 #include <gtest/gtest.h>
@@ -137,12 +138,17 @@ TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
     CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
                                    "--quiet", "--json", dir + "/hooked.json"},
                                   {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
-    EXPECT_NE(r.err.find("moezip was built for ggml 0.23.0 (0000000)"), std::string::npos) << r.err;
+    const moezip::EnginePin & pin = moezip::engine_pin();
+    const std::string loaded = std::string("loaded ggml ") + pin.ggml_version + " (" + pin.binary_commit + ", ";
+    EXPECT_NE(r.err.find(loaded), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("is not the engine this moezip was built for"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string("its commit ") + pin.binary_commit + " names another source than 0000000"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string("`make ENGINE=") + pin.engine_dir), std::string::npos) << "the command to rebuild: " << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
     EXPECT_EQ(r.exit_code, 4) << "require_intercept must fail a run that bypassed moezip: " << r.err;
     // the engine's own result is untouched
     EXPECT_EQ(load_json(dir + "/plain.json")["tokens"], load_json(dir + "/hooked.json")["tokens"]);
-    EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find("loaded ggml 0.23.0 (5b4ebc5)"), 0u);
+    EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find(loaded), 0u);
 }
 
 TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {

@@ -79,12 +79,14 @@ Status Dispatcher::check_identity(const Worker & w) const {
     auto str = [&](const char * key) { return id.contains(key) && id[key].is_string() ? id[key].get<std::string>() : std::string("?"); };
     if (!id.contains("protocol") || id["protocol"] != kProtocolVersion)
         return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks 1");
-    if (str("ggml_commit") != self_.ggml_commit)
-        return Status::mismatch(who + "it runs ggml " + str("ggml_commit") + ", this host " + self_.ggml_commit);
+    // The kernels' build-id first: it names a mix of builds (or of CPU variants) for what it is.
     if (str("cpu_variant") != self_.variant.name || str("cpu_build_id") != self_.variant.build_id)
         return Status::mismatch(who + "it computes with CPU variant " + str("cpu_variant") + " (build-id " + str("cpu_build_id") +
-                                "), this host with " + self_.variant.name + " (build-id " + self_.variant.build_id +
-                                "): results would not be bit-identical");
+                                ", ggml " + str("ggml_commit") + "), this host with " + self_.variant.name + " (build-id " +
+                                self_.variant.build_id + ", ggml " + self_.ggml_commit + "): different kernels give different "
+                                "bits, so results would not be bit-identical; run every host on one llama.cpp build and like CPUs");
+    if (str("ggml_commit") != self_.ggml_commit)
+        return Status::mismatch(who + "it runs ggml " + str("ggml_commit") + ", this host " + self_.ggml_commit);
     return Status::ok();
 }
 

@@ -2,7 +2,7 @@
 // coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/protocol.md; usage: docs/worker.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
-//                 [--threads N] [--mmap] [--config F.toml]
+//                 [--threads N] [--mmap] [--engine DIR] [--config F.toml]
 //
 // Prints one line to stdout once the socket is bound and the experts are loaded:
 //   moezip-worker: serving <endpoint> experts <ranges> of <n_expert> (<n> MoE layers, <x> MiB of
@@ -46,7 +46,7 @@ int fail(int code, const std::string & message) {
 int main(int argc, char ** argv) {
     CLI::App app{"moezip-worker: computes MoE experts of a GGUF model for moezip coordinators (ZeroMQ ROUTER).\n"
                  "Binding a non-loopback address exposes an unauthenticated compute service to the network."};
-    std::string model, bind, experts_text, config_path;
+    std::string model, bind, experts_text, config_path, engine_dir;
     int threads = 1;
     bool use_mmap = false;
     app.add_option("--model", model, "GGUF model file (or [worker_server] model)");
@@ -54,6 +54,8 @@ int main(int argc, char ** argv) {
     app.add_option("--experts", experts_text, "experts to serve, e.g. 0-63,96-127 (default: all)");
     app.add_option("--threads", threads, "compute threads (default 1)")->check(CLI::Range(1, 256));
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
+    app.add_option("--engine", engine_dir, "the host's llama.cpp: its lib folder, CMake build folder or node-llama-cpp install "
+                                           "(default: the engine moezip was built for)");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
     try {
         app.parse(argc, argv);
@@ -95,10 +97,10 @@ int main(int argc, char ** argv) {
     if (!st) return fail(2, st.message());
 
     moezip::WorkerEngine engine;
-    st = moezip::worker_engine_load(engine);
+    st = moezip::worker_engine_load(engine, engine_dir);
     if (!st) return fail(1, st.message());
     moezip::WorkerModel weights;
-    st = weights.load({s.model, s.experts, s.use_mmap});
+    st = weights.load({s.model, s.experts, s.use_mmap}, engine.api);
     if (!st) return fail(1, st.message());
     if (!moezip::worker_endpoint_is_loopback(s.bind))
         fprintf(stderr, "moezip-worker: warning: %s is not a loopback endpoint: anyone who can reach it can use this "

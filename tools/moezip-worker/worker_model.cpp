@@ -44,8 +44,8 @@ bool split_block_name(const char * name, int & il, std::string & suffix) {
 
 WorkerModel::~WorkerModel() {
     for (auto & m : maps_) munmap(m.first, m.second);
-    if (gguf_) gguf_free(gguf_);
-    if (meta_) ggml_free(meta_);
+    if (gguf_) api_->gguf_free(gguf_);  // set whenever gguf_/meta_ are
+    if (meta_) api_->ggml_free(meta_);
     if (fd_ >= 0) close(fd_);
 }
 
@@ -57,16 +57,16 @@ Status WorkerModel::read_metadata(const std::string & path) {
     if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return Status::io_error("model " + path + ": not a regular file");
     file_size_ = (uint64_t) st.st_size;
     gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta_};
-    gguf_ = gguf_init_from_file(path.c_str(), params);
+    gguf_ = api_->gguf_init_from_file(path.c_str(), params);
     if (gguf_ == nullptr) return Status::invalid_argument("model " + path + ": not a GGUF file, or its header is malformed");
     return Status::ok();
 }
 
 Status WorkerModel::find_layers() {
     std::map<int, LayerIds> found;
-    const int64_t n = gguf_get_n_tensors(gguf_);
+    const int64_t n = api_->gguf_get_n_tensors(gguf_);
     for (int64_t id = 0; id < n; ++id) {
-        const char * name = gguf_get_tensor_name(gguf_, id);
+        const char * name = api_->gguf_get_tensor_name(gguf_, id);
         int il = 0;
         std::string suffix;
         if (!split_block_name(name, il, suffix) || suffix.find("_exps") == std::string::npos) continue;
@@ -88,9 +88,9 @@ Status WorkerModel::find_layers() {
             return Status::invalid_argument(blk + " lacks one of ffn_gate_exps/ffn_up_exps/ffn_down_exps.weight");
         WorkerLayer l;
         l.il = kv.first;
-        l.gate_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.gate));
-        l.up_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.up));
-        l.down_exps = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, kv.second.down));
+        l.gate_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.gate));
+        l.up_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.up));
+        l.down_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.down));
         if (!l.gate_exps || !l.up_exps || !l.down_exps) return Status::invalid_argument(blk + ": tensor metadata missing");
         Status st = check_layer(l);
         if (!st) return st;
@@ -117,12 +117,12 @@ Status WorkerModel::check_layer(WorkerLayer & l) {
                                         " experts, an earlier layer " + std::to_string(n_expert_));
     n_expert_ = l.n_expert;
     for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-        const int64_t id = gguf_find_tensor(gguf_, t->name);
-        const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, id);
-        if (t->nb[2] * (size_t) t->ne[2] != ggml_nbytes(t))
+        const int64_t id = api_->gguf_find_tensor(gguf_, t->name);
+        const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, id);
+        if (t->nb[2] * (size_t) t->ne[2] != api_->ggml_nbytes(t))
             return Status::invalid_argument(where + t->name + " is not densely laid out");
-        if (off + ggml_nbytes(t) > file_size_)
-            return Status::io_error(where + t->name + " ends at byte " + std::to_string(off + ggml_nbytes(t)) +
+        if (off + api_->ggml_nbytes(t) > file_size_)
+            return Status::io_error(where + t->name + " ends at byte " + std::to_string(off + api_->ggml_nbytes(t)) +
                                     ", past the end of the file (" + std::to_string(file_size_) + " bytes): truncated?");
     }
     return Status::ok();
@@ -141,7 +141,7 @@ Status WorkerModel::place_mmap() {
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-            const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, t->name));
+            const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
             t->data = static_cast<uint8_t *>(base) + off;
             for (const ExpertRange & r : served_) {  // ask the kernel to read the served slices ahead
                 uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
@@ -154,7 +154,7 @@ Status WorkerModel::place_mmap() {
 }
 
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
-    const uint64_t off = gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, t->name));
+    const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
     for (const ExpertRange & r : served_) {
         uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
         const uint64_t start = (uint64_t) r.first * t->nb[2];
@@ -173,7 +173,7 @@ Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
 Status WorkerModel::place_anonymous() {
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-            const size_t bytes = ggml_nbytes(t);
+            const size_t bytes = api_->ggml_nbytes(t);
             void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (p == MAP_FAILED)
                 return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
@@ -194,7 +194,8 @@ void WorkerModel::compute_digests() {
                 l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
 }
 
-Status WorkerModel::load(const WorkerModelOptions & opt) {
+Status WorkerModel::load(const WorkerModelOptions & opt, const GgmlApi & api) {
+    api_ = &api;
     Status st = read_metadata(opt.path);
     if (st) st = find_layers();
     if (!st) return st;

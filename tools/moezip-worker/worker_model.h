@@ -17,6 +17,7 @@
 
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
+#include "preload/engine_api.h"
 
 #include "ggml.h"
 #include "gguf.h"
@@ -58,7 +59,9 @@ public:
     /// io_error (open/read/map failed, file shorter than its tensors), invalid_argument (not a
     /// GGUF, no MoE layer, shapes disagree, experts outside [0, n_expert)), unsupported (fused or
     /// biased expert tensors). Every message names the file and, where one is at fault, the tensor.
-    Status load(const WorkerModelOptions & opt);
+    /// GGUF parsing goes through `api` (the engine's libggml-base, bound at run time), which must
+    /// outlive this object.
+    Status load(const WorkerModelOptions & opt, const GgmlApi & api);
 
     /// The MoE layer with block index il, or nullptr.
     const WorkerLayer * layer(int il) const;
@@ -79,6 +82,7 @@ private:
     Status read_slices(ggml_tensor * t, uint8_t * base);
     void compute_digests();
 
+    const GgmlApi * api_ = nullptr;
     std::string path_;
     int fd_ = -1;
     uint64_t file_size_ = 0;
