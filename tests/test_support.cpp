@@ -153,4 +153,19 @@ std::string read_file(const std::string & path) {
     return ss.str();
 }
 
+std::string upcycled_stories(int n_expert, int n_used, const std::string & experts) {
+    const std::string src = shared_dir() + "/fixtures/stories260K.gguf";
+    EXPECT_EQ(sha256_file(src), "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d")
+        << "wrong or missing " << src << " (see ../shared/fixtures/SOURCES.md)";
+    std::string out = build_dir() + "/fixtures/stories260K-moe" + std::to_string(n_expert) + "top" + std::to_string(n_used) +
+                      (experts == "split" ? "" : "-" + experts) + ".gguf";
+    if (sha256_file(out).empty()) {
+        run_command({"/bin/mkdir", "-p", build_dir() + "/fixtures"});
+        CommandResult r = run_command({bin_path("moezip-upcycle"), "-i", src, "-o", out, "--n-expert", std::to_string(n_expert),
+                                       "--n-expert-used", std::to_string(n_used), "--experts", experts});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    return out;
+}
+
 } // namespace moezip_test

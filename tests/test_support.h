@@ -42,6 +42,12 @@ CommandResult run_command(const std::vector<std::string> & argv,
 /// Fails the calling test (ADD_FAILURE) and returns "" when generation fails.
 std::string fixture_model(const std::vector<std::string> & args);
 
+/// The real trained model ../shared/fixtures/stories260K.gguf (checked by sha256) turned into a MoE
+/// model by moezip-upcycle (top-n_used routing over n_expert experts; `experts` "split": each expert
+/// a part of its FFN, "replicate": each a copy, whose output is the dense model's English story),
+/// made once into <build>/fixtures/.
+std::string upcycled_stories(int n_expert, int n_used, const std::string & experts = "split");
+
 /// sha256 of a file as lowercase hex ("" if unreadable).
 std::string sha256_file(const std::string & path);
 
