@@ -23,6 +23,7 @@ endif
 -include $(BUILD)/engine.mk
 
 CXX      ?= g++
+CC       ?= gcc
 SANITIZE ?=
 OPT      ?= -O2
 CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -MMD -MP
@@ -57,6 +58,12 @@ TOOLS     := $(sort $(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS)))
 TEST_SRC := $(wildcard tests/*.cpp)
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_BIN := $(BUILD)/bin/moezip-tests
+# tests/hosts/: small llama.h hosts for scenarios moezip-run does not express (model swap, warmup,
+# parallel contexts, signals, exit mid-decode); they reuse moezip-run's engine and generation code.
+TEST_HOST := $(BUILD)/bin/moezip-test-host
+DEEPBIND_HOST := $(BUILD)/bin/moezip-deepbind-host
+TEST_HOST_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/hosts/*.cpp) \
+                   $(filter-out tools/moezip-run/main.cpp,$(wildcard tools/moezip-run/*.cpp)))
 
 .PHONY: all deps test run bench clean fixtures engines engine-tools
 NPROC := $(shell nproc 2>/dev/null || echo 2)
@@ -64,7 +71,7 @@ all: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-all
 
 .PHONY: build-all build-engine-tools
-build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN)
+build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(TEST_HOST) $(DEEPBIND_HOST)
 
 deps:
 	@tools/install-deps.sh $(DEPS_FLAGS)
@@ -105,6 +112,15 @@ $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 $(BUILD)/bin/moezip-worker: $$(call tool_objs,moezip-worker) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(SYS_LIBS)
+
+$(TEST_HOST): $(TEST_HOST_OBJ) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(TEST_HOST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
+
+# not linked against the engine: it dlopens it with RTLD_DEEPBIND (tests/hosts/deepbind_host.c)
+$(DEEPBIND_HOST): tests/hosts/deepbind_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
 $(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)

@@ -6,6 +6,8 @@
 //   ggml_graph_compute                       CPU variant's graph_compute -> here: MoE regions
 //   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran
 //   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types
+//   ggml_backend_sched_free                  libllama -> here: a context's logits stream ends
+//   ggml_backend_buffer_free                 libllama, libggml-base -> here: freed weights end their plans
 //   mmap (libc)                               libllama's model load -> here: experts mode maps the
 //                                             GGUF without MAP_POPULATE (preload/session.h)
 #include "coordinator/base/log.h"
@@ -40,7 +42,45 @@ MOEZIP_EXPORT enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backe
         moezip::session_count_sched_graph();
     } catch (...) {
     }
-    return real(sched, graph);
+    const void * prev = moezip::session_sched_enter(sched);  // the CPU graph computes run on this thread, inside
+    enum ggml_status st = real(sched, graph);
+    moezip::session_sched_leave(prev);
+    return st;
+}
+
+MOEZIP_EXPORT void ggml_backend_sched_free(ggml_backend_sched_t sched) {
+    using Fn = void (*)(ggml_backend_sched_t);
+    static Fn real = nullptr;
+    if (real == nullptr) real = reinterpret_cast<Fn>(moezip::session_base_symbol("ggml_backend_sched_free"));
+    try {
+        moezip::session_sched_freed(sched);
+    } catch (...) {
+    }
+    if (real != nullptr) real(sched);
+}
+
+// Every buffer the engine frees, a model's weights among them (llama_model_free): plans for weights
+// in it end there, so other weights later at the same address are identified again by content.
+MOEZIP_EXPORT void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
+    using Fn = void (*)(ggml_backend_buffer_t);
+    using BaseFn = void * (*)(ggml_backend_buffer_t);
+    using SizeFn = size_t (*)(ggml_backend_buffer_t);
+    static Fn real = nullptr;
+    static BaseFn get_base = nullptr;
+    static SizeFn get_size = nullptr;
+    if (real == nullptr) {
+        real = reinterpret_cast<Fn>(moezip::session_base_symbol("ggml_backend_buffer_free"));
+        get_base = reinterpret_cast<BaseFn>(moezip::session_base_symbol("ggml_backend_buffer_get_base"));
+        get_size = reinterpret_cast<SizeFn>(moezip::session_base_symbol("ggml_backend_buffer_get_size"));
+    }
+    if (buffer != nullptr && get_base != nullptr && get_size != nullptr) {
+        try {
+            const size_t size = get_size(buffer);
+            if (size > 0) moezip::session_memory_released(get_base(buffer), size, "the engine freed the buffer holding these weights");
+        } catch (...) {
+        }
+    }
+    if (real != nullptr) real(buffer);
 }
 
 MOEZIP_EXPORT void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name) {
@@ -54,6 +94,13 @@ MOEZIP_EXPORT void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, c
     } catch (...) {
     }
     return real ? real(reg, name) : nullptr;
+}
+
+__attribute__((constructor)) static void moezip_preload_loaded() {
+    try {
+        moezip::session_preload_loaded();
+    } catch (...) {
+    }
 }
 
 // Every PLT call of mmap in the process comes here (glibc's own, e.g. malloc's, does not: it calls

@@ -11,6 +11,8 @@
 #include "preload/abi_guard.h"
 #include "preload/engine_api.h"
 #include "preload/engine_locate.h"
+#include "preload/import_binding.h"
+#include "coordinator/wire/transport.h"
 
 #include <algorithm>
 #include <atomic>
@@ -44,8 +46,14 @@ struct Session {
     bool config_ok = false;
     Config cfg;
     std::atomic<State> state{State::uninit};
+    std::atomic<bool> exiting{false};  // at_exit began: no new region is handled, waits end
+    std::atomic<bool> exit_done{false};
+    bool atexit_registered = false, atexit_late_registered = false;
     std::string why_passthrough;
     int pid = 0;
+    // The ABI guard, run once before any hook changes what the engine does (no_repack, lazy model
+    // mapping): a refused engine must run exactly as without the preload.
+    bool engine_checked = false, engine_ok = false;
 
     GgmlApi api;
     Evidence ev;
@@ -74,8 +82,40 @@ Session & S() {
 }
 
 thread_local bool t_in_hook = false;
+thread_local const void * t_sched = nullptr;  // the scheduler whose graph this thread computes
+
+// Sets a thread-local flag for a scope and restores it on every way out (an exception included),
+// so a failure inside a hook never leaves the thread marked as inside it.
+class FlagScope {
+public:
+    explicit FlagScope(bool & flag) : flag_(flag), prev_(flag) { flag_ = true; }
+    ~FlagScope() { flag_ = prev_; }
+    FlagScope(const FlagScope &) = delete;
+    FlagScope & operator=(const FlagScope &) = delete;
+
+private:
+    bool & flag_;
+    bool prev_;
+};
 
 void at_exit();
+
+// Exit handlers run last-registered first. at_exit is registered twice: when the preload loads
+// (so a process whose engine never reached the hooks is still told about at exit), and again when
+// moezip becomes active, after the engine's CPU backend was loaded, so that it runs before the
+// backend's static destructors: a thread still decoding is stopped from entering the engine's
+// kernels while they are torn down. It acts once.
+void register_at_exit_locked(Session & s) {
+    if (s.atexit_registered) return;
+    s.atexit_registered = true;
+    atexit(at_exit);
+}
+
+void register_late_at_exit_locked(Session & s) {
+    if (s.atexit_late_registered) return;
+    s.atexit_late_registered = true;
+    atexit(at_exit);
+}
 
 // Reads MOEZIP_CONFIG once (cheap, creates nothing). Caller holds init_mu.
 void read_config_locked(Session & s) {
@@ -108,7 +148,23 @@ void read_config_locked(Session & s) {
     } else {
         s.config_ok = true;
     }
-    atexit(at_exit);
+    register_at_exit_locked(s);
+}
+
+// Binds libggml-base and runs the ABI guard once (caller holds init_mu). Until it passed, no hook
+// may change what the engine does.
+bool engine_accepted_locked(Session & s) {
+    if (s.engine_checked) return s.engine_ok;
+    const std::string base_path = loaded_object_path("libggml-base");
+    void * base = loaded_object_handle(base_path);
+    if (base == nullptr) return false;  // not loaded yet: ask again later
+    s.engine_checked = true;
+    GgmlApi api;
+    Status st = ggml_api_bind_base(api, base);
+    if (st) st = abi_guard_check(api, base_path);
+    s.engine_ok = (bool) st;
+    if (!st) LOG_ERROR("%s: running passthrough (the engine runs exactly as without moezip)", st.message().c_str());
+    return s.engine_ok;
 }
 
 // The real ggml_graph_compute of the object that called the hook.
@@ -163,10 +219,13 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     s.last_flush = std::chrono::steady_clock::now();
     s.state = State::passthrough;
     if (!s.config_ok) return;
+    const bool logged = s.engine_checked && !s.engine_ok;  // the guard refused it already and said so
     Status st = bind_engine(s, caller, real);
+    s.engine_checked = true;
+    s.engine_ok = (bool) st;
     if (!st) {
         s.why_passthrough = st.message();
-        LOG_ERROR("%s: running passthrough (the engine computes everything)", st.message().c_str());
+        if (!logged) LOG_ERROR("%s: running passthrough (the engine computes everything)", st.message().c_str());
         return;
     }
     if (log_level() >= LogLevel::debug) LOG_DEBUG("resolved config:\n%s", config_describe(s.cfg).c_str());
@@ -180,8 +239,10 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     opt.handle_regions = s.cfg.mode != ConfigMode::observe;
     opt.abort_on_mismatch = s.cfg.on_mismatch == MismatchPolicy::abort;
     opt.abort_on_handler_error = s.cfg.dispatch.on_worker_error == WorkerErrorPolicy::abort;
+    opt.require_intercept = s.cfg.require_intercept;
     s.runner.reset(new GraphRunner(s.api, s.ev.variant, s.ev, s.ev_mu, s.handler.get(), opt));
     s.state = State::active;
+    register_late_at_exit_locked(s);
     LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
 }
 
@@ -232,7 +293,7 @@ std::string intercept_failure(Session & s) {
     if (fallbacks > 0)
         return std::to_string(fallbacks) + " worker parts were computed on this host after worker errors (layers " + layers +
                "): the run was not distributed as configured";
-    if (s.ev.provider_map.empty())
+    if (s.ev.plans_made == 0)
         return "no MoE layer was found in any graph (is this a MoE model? moezip recognises build_moe_ffn's ffn_moe_* nodes)";
     if (s.ev.regions_handled == 0) return "no MoE region was handled";
     return "";
@@ -248,23 +309,89 @@ void sample_rss(Session & s) {
     s.rss_graph_max_kib = std::max(s.rss_graph_max_kib, s.rss_graph_last_kib);
 }
 
+// The engine's calls moezip interposes, and where each is bound now (read from the caller's GOT):
+// "moezip", "not bound yet" (lazy binding, never called), or the object it bypasses us to. A
+// libllama loaded with RTLD_DEEPBIND binds ggml in its own dependencies first.
+struct HookImport {
+    const char * object;
+    const char * symbol;
+    const char * lost;  // what moezip cannot do when this call bypasses it
+};
+constexpr HookImport kHookImports[] = {
+    {"libggml-cpu", "ggml_graph_compute", "no graph can be intercepted"},
+    {"libllama", "ggml_backend_sched_graph_compute_async", "logits are not told apart by context"},
+    {"libllama", "ggml_backend_buffer_free", "a freed model is not seen: weights that replace it at the same address are told "
+                                             "apart by their content canary only"},
+};
+
+nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
+    const std::string self = object_path_of(reinterpret_cast<const void *>(&hook_bindings));
+    nlohmann::json j = nlohmann::json::object();
+    for (const HookImport & imp : kHookImports) {
+        const std::string bound = import_bound_to(imp.object, imp.symbol);
+        const std::string key = std::string(imp.object) + ":" + imp.symbol;
+        if (bound.empty()) j[key] = "not bound yet";
+        else if (bound == self) j[key] = "moezip";
+        else {
+            j[key] = "bypassed: bound to " + bound;
+            bypassed.push_back(std::string(imp.object) + " calls " + imp.symbol + " in " + bound + ", not in moezip's preload (" +
+                               imp.lost + "; loaded with RTLD_DEEPBIND?)");
+        }
+    }
+    return j;
+}
+
 void at_exit() {
     Session & s = S();
-    if (getpid() != s.pid) return;
-    if (s.state == State::uninit && s.sched_graphs.load() == 0) return;  // ggml never ran a graph here
-    std::string failure = intercept_failure(s);
-    if (!failure.empty()) {
-        std::lock_guard<std::mutex> lock(s.ev_mu);
-        s.ev.add_error("require_intercept: " + failure);
+    if (getpid() != s.pid && s.pid != 0) return;
+    if (s.exit_done.exchange(true)) return;
+    s.exiting = true;
+    transport_stop_waiting();  // a thread waiting for a worker gives up now, not after timeout_ms
+    std::vector<std::string> bypassed;
+    nlohmann::json bindings = hook_bindings(bypassed);
+    if (s.state == State::uninit) {
+        // Not one graph reached the hooks. Quiet unless the engine's calls are bound past them.
+        if (bypassed.empty()) return;
+        const std::string why = bypassed[0] + ": nothing could be intercepted";
+        {
+            std::lock_guard<std::mutex> lock(s.init_mu);
+            read_config_locked(s);
+        }
+        if (!s.have_config || s.cfg.mode == ConfigMode::observe) return;
+        s.state = State::passthrough;
+        s.why_passthrough = why;
+        s.ev.config_path = getenv("MOEZIP_CONFIG") ? getenv("MOEZIP_CONFIG") : "";
+        s.ev.mode = config_mode_name(s.cfg.mode);
+        s.report_path = config_report_path(s.cfg, s.pid);
+        s.ev.add_error("not intercepted: " + why);
+        LOG_ERROR("moezip was configured (mode %s) but intercepted nothing: %s", s.ev.mode.c_str(), why.c_str());
     }
-    if (s.state != State::uninit && s.state != State::inert) write_report(s, true);
-    if (s.handler) s.handler->shutdown();
+    if (s.runner) s.runner->quiesce(2000);  // other threads leave the engine's kernels before its statics go
+    std::string failure = intercept_failure(s);
+    {
+        std::lock_guard<std::mutex> lock(s.ev_mu);
+        if (!failure.empty()) s.ev.add_error("require_intercept: " + failure);
+        s.ev.hook_bindings = bindings;
+        for (const std::string & b : bypassed)
+            if (s.state == State::active) LOG_WARN("%s", b.c_str());
+    }
+    if (s.state != State::inert) write_report(s, true);
+    if (s.runner) s.runner->shutdown();
     if (!failure.empty()) {
         LOG_ERROR("require_intercept: %s; see %s. The run FAILED (exit status 4).", failure.c_str(),
                   s.report_path.empty() ? "(no report)" : s.report_path.c_str());
         fflush(nullptr);
         _exit(4);
     }
+}
+
+// True when the graph holds any node of a MoE region (ffn_moe_*-<il>).
+bool graph_has_moe(const ggml_cgraph * gf) {
+    std::string what;
+    int il = 0;
+    for (int i = 0; i < gf->n_nodes; ++i)
+        if (moe_node_name_parse(gf->nodes[i]->name, what, il)) return true;
+    return false;
 }
 
 } // namespace
@@ -281,18 +408,42 @@ ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const vo
         std::lock_guard<std::mutex> lock(s.init_mu);
         if (s.state == State::uninit) init_locked(s, caller, real);
     }
-    if (s.state != State::active || getpid() != s.pid) return real(gf, cplan);  // passthrough or forked child
-    if (real != s.api.ggml_graph_compute) {
-        // another backend object than the one planned: its regions are not ours to compute
-        std::lock_guard<std::mutex> lock(s.ev_mu);
-        ++s.ev.identity_failed;
-        s.ev.add_error("a graph was computed by " + object_path_of(caller) + ", not the planned CPU variant");
+    if (getpid() != s.pid) return real(gf, cplan);  // a forked child
+    if (s.exiting && s.state == State::active) {
+        // exit() runs on another thread: the engine's statics are being torn down. This compute
+        // fails (llama_decode reports it) instead of running kernels over freed state.
+        LOG_CAPPED(LogLevel::info, "the host is exiting: failing a graph compute that started after exit()");
+        return GGML_STATUS_ABORTED;
+    }
+    if (s.state != State::active) {
+        // require_intercept: a request whose MoE layers cannot be distributed fails here, visibly,
+        // instead of being answered by the engine alone (the exit status alone comes too late).
+        if (s.state == State::passthrough && s.cfg.require_intercept && s.cfg.mode != ConfigMode::observe && graph_has_moe(gf)) {
+            LOG_CAPPED(LogLevel::error, "require_intercept: moezip is not active (%s); failing this compute", s.why_passthrough.c_str());
+            return GGML_STATUS_FAILED;
+        }
         return real(gf, cplan);
     }
-    t_in_hook = true;
-    if (s.cfg.threads == 0 && s.handler) s.handler->set_threads(cplan->n_threads);
-    ggml_status st = s.runner->compute(gf, cplan);
-    t_in_hook = false;
+    if (real != s.api.ggml_graph_compute) {
+        // another backend object than the one planned: its regions are not ours to compute
+        {
+            std::lock_guard<std::mutex> lock(s.ev_mu);
+            ++s.ev.identity_failed;
+            s.ev.add_error("a graph was computed by " + object_path_of(caller) + ", not the planned CPU variant");
+        }
+        if ((s.cfg.require_intercept || s.cfg.on_mismatch == MismatchPolicy::abort) && graph_has_moe(gf)) {
+            LOG_CAPPED(LogLevel::error, "a MoE graph was computed by %s, not the planned CPU variant; failing this compute",
+                       object_path_of(caller).c_str());
+            return GGML_STATUS_FAILED;
+        }
+        return real(gf, cplan);
+    }
+    ggml_status st;
+    {
+        FlagScope in_hook(t_in_hook);
+        if (s.cfg.threads == 0 && s.handler) s.handler->set_threads(cplan->n_threads);
+        st = s.runner->compute(gf, cplan, t_sched);
+    }
     sample_rss(s);
     if (s.cfg.report_flush_ms > 0) {
         auto now = std::chrono::steady_clock::now();
@@ -304,11 +455,35 @@ ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const vo
     return st;
 }
 
+const void * session_sched_enter(const void * sched) {
+    const void * prev = t_sched;
+    t_sched = sched;
+    return prev;
+}
+
+void session_sched_leave(const void * prev) { t_sched = prev; }
+
+void session_sched_freed(const void * sched) {
+    Session & s = S();
+    if (s.state != State::active) return;
+    std::lock_guard<std::mutex> lock(s.ev_mu);
+    s.ev.end_stream(sched);
+}
+
+thread_local bool t_in_release = false;
+
+void session_memory_released(const void * base, size_t size, const char * why) {
+    Session & s = S();
+    if (t_in_release || s.state != State::active || !s.runner || getpid() != s.pid) return;
+    FlagScope guard(t_in_release);
+    s.runner->weights_released(base, size, why);
+}
+
 bool session_hide_extra_bufts() {
     Session & s = S();
     std::lock_guard<std::mutex> lock(s.init_mu);
     read_config_locked(s);
-    return s.config_ok && s.cfg.no_repack;
+    return s.config_ok && s.cfg.no_repack && engine_accepted_locked(s);
 }
 
 void session_count_sched_graph() {
@@ -328,11 +503,13 @@ bool session_map_model_lazily(int fd) {
     bool lazy = false;
     try {
         Session & s = S();
+        bool accepted = false;
         {
             std::lock_guard<std::mutex> lock(s.init_mu);
             read_config_locked(s);
+            accepted = s.config_ok && config_why_experts_resident(s.cfg).empty() && engine_accepted_locked(s);
         }
-        if (s.config_ok && config_why_experts_resident(s.cfg).empty()) {
+        if (accepted) {
             char magic[4] = {0, 0, 0, 0};
             lazy = pread(fd, magic, sizeof magic, 0) == (ssize_t) sizeof magic && memcmp(magic, "GGUF", 4) == 0;
         }
@@ -395,10 +572,21 @@ void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {
                  len / 1048576.0, why.c_str());
 }
 
+void session_preload_loaded() {
+    const char * path = getenv("MOEZIP_CONFIG");
+    if (path == nullptr || *path == 0) return;
+    Session & s = S();
+    std::lock_guard<std::mutex> lock(s.init_mu);
+    if (s.pid == 0) s.pid = getpid();
+    register_at_exit_locked(s);
+}
+
 void * session_base_symbol(const char * name) {
-    static void * base = loaded_object_handle(loaded_object_path("libggml-base"));
+    static void * base = nullptr;
     if (base == nullptr) base = loaded_object_handle(loaded_object_path("libggml-base"));
-    return base ? dlsym(base, name) : nullptr;
+    void * fn = base ? dlsym(base, name) : nullptr;
+    // ggml linked another way (no libggml-base): the next definition after ours, never our own
+    return fn != nullptr ? fn : dlsym(RTLD_NEXT, name);
 }
 
 } // namespace moezip

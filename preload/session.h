@@ -2,7 +2,8 @@
 // API, the config, the evidence, and teardown at exit. The extern "C" shims in hooks.cpp call only
 // these functions.
 //
-// Life cycle: nothing is created when the library is loaded. The first ggml_graph_compute call
+// Life cycle: nothing is created when the library is loaded (with MOEZIP_CONFIG set, an exit
+// handler is registered, nothing else). The first ggml_graph_compute call
 // reads MOEZIP_CONFIG, binds the engine, runs the ABI guard and builds the handler for the mode.
 // Without MOEZIP_CONFIG the session is inert (one line on stderr). A failed init leaves it
 // passthrough. At exit the final report is written (only by the process that created the session,
@@ -41,5 +42,21 @@ void session_note_lazy_map(void * addr, size_t len, int fd, long offset);
 
 /// Resolves a libggml-base function for the shims (nullptr when libggml-base is not loaded).
 void * session_base_symbol(const char * name);
+
+/// The engine context's scheduler `sched` starts computing a graph on this thread (logits are
+/// recorded per scheduler: one stream per context). Returns the previous one for session_sched_leave.
+const void * session_sched_enter(const void * sched);
+void session_sched_leave(const void * prev);
+/// The scheduler is freed (its context is gone): its logits stream ends.
+void session_sched_freed(const void * sched);
+
+/// The engine frees [base, base + size) (a ggml backend buffer: a model's weights when the model
+/// is freed). Plans whose weights lie there are retired: a new model epoch (graph_runner.h).
+/// Cheap when moezip is not active or nothing overlaps; never throws.
+void session_memory_released(const void * base, size_t size, const char * why);
+
+/// Called once when libmoezip.so is loaded: with MOEZIP_CONFIG set, registers the exit check that
+/// tells a host whose engine never reached the hooks (creates nothing else).
+void session_preload_loaded();
 
 } // namespace moezip

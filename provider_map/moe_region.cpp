@@ -63,33 +63,63 @@ bool is_slot_view(const ggml_tensor * v, const ggml_tensor * weighted, int64_t s
            v->ne[1] == weighted->ne[2] && v->nb[1] == weighted->nb[2];
 }
 
-// Walks out -> adds -> views; fills the slot views in slot order and the add nodes.
-bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used,
-                 std::vector<ggml_tensor *> & members, std::string & why) {
-    if (n_used == 1) {
-        if (out->op != GGML_OP_CONT || !is_slot_view(out->src[0], weighted, 0)) {
-            why = "top-1 output is not CONT(view of slot 0)";
+// The slot index of v if it is a view of one slot of weighted ([n_embd, n_tokens], row stride
+// weighted->nb[2], offset s*nb[1]), else -1.
+int64_t slot_view_index(const ggml_tensor * v, const ggml_tensor * weighted) {
+    if (v == nullptr || v->op != GGML_OP_VIEW || v->src[0] != weighted || weighted->nb[1] == 0) return -1;
+    size_t offs = 0;
+    memcpy(&offs, v->op_params, sizeof offs);  // ggml_view_impl stores the byte offset in op_params
+    if (offs % weighted->nb[1] != 0) return -1;
+    const int64_t s = (int64_t) (offs / weighted->nb[1]);
+    return is_slot_view(v, weighted, s) && s < weighted->ne[1] ? s : -1;
+}
+
+// Walks out -> adds -> views and fills the slot views and add nodes. The chain must be
+// ADD(...ADD(view 0, view 1)..., view m-1) in slot order (CONT(view 0) when m = 1) with
+// 1 <= m <= n_used_ids; n_sum = m.
+bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used_ids,
+                 std::vector<ggml_tensor *> & members, int64_t & n_sum, std::string & why) {
+    if (out->op == GGML_OP_CONT) {
+        if (slot_view_index(out->src[0], weighted) != 0) {
+            why = "ffn_moe_out is CONT of " + std::string(out->src[0] ? out->src[0]->name : "nothing") + ", not of the view of slot 0";
             return false;
         }
         members.push_back(out);
         members.push_back(out->src[0]);
+        n_sum = 1;
         return true;
     }
+    std::vector<int64_t> slots;  // slot of each ADD's second operand, from the last ADD down
     ggml_tensor * cur = out;
-    for (int64_t s = n_used - 1; s >= 1; --s) {
-        if (cur->op != GGML_OP_ADD || !is_slot_view(cur->src[1], weighted, s)) {
-            why = "slot sum is not ADD(..., view of slot " + std::to_string(s) + ") in slot order";
+    while (cur != nullptr && cur->op == GGML_OP_ADD && (int64_t) slots.size() < n_used_ids) {
+        const int64_t s = slot_view_index(cur->src[1], weighted);
+        if (s < 0) {
+            why = "slot sum: ADD node '" + std::string(cur->name) + "' adds '" + (cur->src[1] ? cur->src[1]->name : "nothing") +
+                  "', not a view of one slot of ffn_moe_weighted";
             return false;
         }
+        slots.push_back(s);
         members.push_back(cur);
         members.push_back(cur->src[1]);
         cur = cur->src[0];
     }
-    if (!is_slot_view(cur, weighted, 0)) {
-        why = "slot sum does not start at the view of slot 0";
+    if (slot_view_index(cur, weighted) != 0) {
+        why = "slot sum does not start at the view of slot 0 (found '" + std::string(cur ? cur->name : "nothing") + "', op " +
+              (cur ? std::to_string((int) cur->op) : std::string("-")) + ")";
         return false;
     }
     members.push_back(cur);
+    n_sum = (int64_t) slots.size() + 1;
+    for (size_t i = 0; i < slots.size(); ++i)
+        if (slots[i] != n_sum - 1 - (int64_t) i) {
+            why = "slot sum adds slot " + std::to_string(slots[i]) + " where slot " + std::to_string(n_sum - 1 - (int64_t) i) +
+                  " was expected (not in slot order)";
+            return false;
+        }
+    if (n_sum > n_used_ids) {
+        why = "slot sum has " + std::to_string(n_sum) + " terms, more than the " + std::to_string(n_used_ids) + " routed slots";
+        return false;
+    }
     return true;
 }
 
@@ -137,7 +167,10 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     ggml_tensor * down = ln.get("down");
     ggml_tensor * gate = ln.get("gate");
     ggml_tensor * up = ln.get("up");
-    if (!out || !weighted || !down || !gate || !up) { why = "incomplete pattern (missing up, gate, down, weighted or out)"; return false; }
+    std::string missing;
+    for (const char * v : {"up", "gate", "down", "weighted", "out"})
+        if (!ln.get(v)) missing += std::string(missing.empty() ? "" : ", ") + "ffn_moe_" + v;
+    if (!missing.empty()) { why = "incomplete pattern: no node " + missing + " in this layer"; return false; }
     if (weighted->op != GGML_OP_MUL || weighted->src[0] != down) {
         why = "ffn_moe_weighted is not MUL(down, weights) (weights applied before the FFN?)";
         return false;
@@ -163,10 +196,10 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = out;
     r.gate_exps = gate->src[0]; r.up_exps = up->src[0]; r.down_exps = down->src[0];
     r.n_embd = hidden->ne[0]; r.n_ff = gate->ne[0]; r.n_expert = r.gate_exps->ne[2];
-    r.n_used = ids->ne[0]; r.n_tokens = ids->ne[1];
+    r.n_used_ids = ids->ne[0]; r.n_tokens = ids->ne[1];
     if (hidden->type != GGML_TYPE_F32 || hidden->ne[1] != 1 || hidden->ne[2] != r.n_tokens) { why = "input is not f32 [n_embd, 1, n_tokens]"; return false; }
     if (ids->type != GGML_TYPE_I32) { why = "ids are not i32"; return false; }
-    if (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used || weights->ne[2] != r.n_tokens) {
+    if (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used_ids || weights->ne[2] != r.n_tokens) {
         why = "routing weights are not f32 [1, n_used, n_tokens]";
         return false;
     }
@@ -179,8 +212,9 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         if (!weight_ok(w, buft_name, why)) return false;
     r.up = up; r.gate = gate; r.act = act; r.down = down; r.weighted = weighted;
     members = {up, gate, act, down, weighted};
-    if (!collect_sum(out, weighted, r.n_used, members, why)) return false;
+    if (!collect_sum(out, weighted, r.n_used_ids, members, r.n_used, why)) return false;
     r.pattern = std::string("up,gate,") + glu_name(r.glu_op) + ",down,weighted,sum" + std::to_string(r.n_used);
+    if (r.n_used != r.n_used_ids) r.pattern += "of" + std::to_string(r.n_used_ids);
     return true;
 }
 

@@ -8,8 +8,12 @@
 //   ffn_moe_<act>= GLU(gate, up) (swiglu, geglu, reglu; split form, not swapped)
 //   ffn_moe_down = MUL_MAT_ID(down_exps, act, ids)        [n_embd, n_used, n_tokens]
 //   ffn_moe_weighted = MUL(down, weights[1, n_used, n_tokens])
-//   VIEW(weighted, slot s) for s = 0..n_used-1, then ADD in slot order 0,1,2,... (CONT when n_used = 1)
+//   VIEW(weighted, slot s) for s = 0..n_sum-1, then ADD in slot order 0,1,2,... (CONT when n_sum = 1)
 //   -> ffn_moe_out [n_embd, n_tokens]
+// n_sum is the layer's n_expert_used. It equals ids->ne[0] except in a warmup graph
+// (llama_set_warmup: build_moe_ffn routes every expert, n_expert_used = n_expert, but sums only the
+// per-layer hparams.n_expert_used(il) slots): there only slots 0..n_sum-1 reach ffn_moe_out, and
+// those are all moezip computes.
 // hidden is [n_embd, 1, n_tokens] f32, ids [n_used, n_tokens] i32. The router's weights are
 // expanded into the graph before the up/gate matmuls ("call early so that topk-moe can be used"), so
 // the region is one contiguous run of nodes [first_node, last_node]; the router has always run
@@ -35,21 +39,26 @@ struct MoeRegion {
     int first_node = -1;                 ///< index of the first region node in the graph
     int last_node = -1;                  ///< index of ffn_moe_out
     ggml_tensor * hidden = nullptr;      ///< [n_embd, 1, n_tokens] f32: input of the expert FFN
-    ggml_tensor * ids = nullptr;         ///< [n_used, n_tokens] i32: selected experts (ffn_moe_topk)
-    ggml_tensor * weights = nullptr;     ///< [1, n_used, n_tokens] f32: routing weights per slot
+    ggml_tensor * ids = nullptr;         ///< [n_used_ids, n_tokens] i32: selected experts (ffn_moe_topk)
+    ggml_tensor * weights = nullptr;     ///< [1, n_used_ids, n_tokens] f32: routing weights per slot
     ggml_tensor * out = nullptr;         ///< [n_embd, n_tokens] f32: ffn_moe_out
     ggml_tensor * gate_exps = nullptr;   ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;   ///< [n_ff, n_embd, n_expert]
     /// The region's own intermediate nodes (ffn_moe_up/gate/<act>/down/weighted) f32
-    /// [n_ff or n_embd, n_used, n_tokens], with the memory the engine's graph allocator gave them
+    /// [n_ff or n_embd, n_used_ids, n_tokens], with the memory the engine's graph allocator gave them
     /// for this node order (ggml/src/ggml-alloc.c: a node may reuse a dead parent's memory in place).
     ggml_tensor * up = nullptr, * gate = nullptr, * act = nullptr, * down = nullptr, * weighted = nullptr;
     ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;
-    int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_used = 0, n_tokens = 0;
+    int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_tokens = 0;
+    /// Slots per row that reach ffn_moe_out (the ADD chain's length): the slots moezip computes,
+    /// the first n_used of each row's ids. Equal to n_used_ids except in a warmup graph.
+    int64_t n_used = 0;
+    int64_t n_used_ids = 0;              ///< slots per row the engine routed (ids->ne[0])
     bool dispatchable = false;
     std::string reason;                  ///< why not dispatchable ("" when dispatchable)
-    std::string pattern;                 ///< e.g. "up,gate,swiglu,down,weighted,sum8"
+    std::string pattern;                 ///< e.g. "up,gate,swiglu,down,weighted,sum8" ("sum2of8" in a warmup graph)
+    uint64_t plan_id = 0;                ///< the provider plan this region was checked against (GraphRunner)
 };
 
 /// Callback used to ask for a weight tensor's buffer type name (e.g. "CPU", "CPU_REPACK");

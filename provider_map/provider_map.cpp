@@ -1,5 +1,7 @@
 #include "provider_map/provider_map.h"
 
+#include "provider_map/expert_digest.h"
+
 #include <xxhash.h>
 
 namespace moezip {
@@ -12,6 +14,9 @@ static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(g
     w.buffer_type = buft_name ? buft_name(t) : "";
     for (int i = 0; i < 3; ++i) w.ne[i] = t->ne[i];
     w.data = t->data;
+    // ggml_nbytes for the contiguous GGUF layout of expert tensors (this file binds no ggml function)
+    w.bytes = (uint64_t) t->nb[3] * (uint64_t) t->ne[3];
+    w.canary = t->data != nullptr ? expert_slice_digest(t->data, (size_t) w.bytes) : 0;
     w.repacked = t->extra != nullptr || w.buffer_type.find("REPACK") != std::string::npos;
     return w;
 }
@@ -22,6 +27,8 @@ static void hash_weight(XXH3_state_t * st, const WeightInfo & w) {
     XXH3_64bits_update(st, w.buffer_type.data(), w.buffer_type.size());
     XXH3_64bits_update(st, w.ne, sizeof w.ne);
     XXH3_64bits_update(st, &w.data, sizeof w.data);
+    XXH3_64bits_update(st, &w.bytes, sizeof w.bytes);
+    XXH3_64bits_update(st, &w.canary, sizeof w.canary);
     XXH3_64bits_update(st, &w.repacked, sizeof w.repacked);
 }
 
@@ -41,8 +48,7 @@ ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & va
     XXH3_64bits_update(st, variant.path.data(), variant.path.size());
     XXH3_64bits_update(st, variant.build_id.data(), variant.build_id.size());
     XXH3_64bits_update(st, &variant.compute_fn, sizeof variant.compute_fn);
-    XXH3_64bits_update(st, e.pattern.data(), e.pattern.size());
-    int64_t dims[4] = {e.n_embd, e.n_ff, e.n_expert, e.n_used};
+    int64_t dims[3] = {e.n_embd, e.n_ff, e.n_expert};
     XXH3_64bits_update(st, dims, sizeof dims);
     hash_weight(st, e.gate);
     hash_weight(st, e.up);
@@ -60,19 +66,29 @@ static std::string weight_diff(const char * which, const WeightInfo & a, const W
     for (int i = 0; i < 3; ++i)
         if (a.ne[i] != b.ne[i]) return std::string(which) + " shape differs from the plan";
     if (a.data != b.data) return std::string(which) + " weights moved (" + b.name + " data address differs from the plan)";
+    if (a.bytes != b.bytes) return std::string(which) + " tensor size differs from the plan";
+    if (a.canary != b.canary) return std::string(which) + " weights changed in place (" + b.name + " content differs from the plan)";
     return "";
 }
 
 Status provider_check(const ProviderEntry & planned, const ProviderEntry & now) {
     if (planned.identity == now.identity) return Status::ok();
     std::string where = "layer " + std::to_string(now.il) + ": ";
-    if (planned.pattern != now.pattern) return Status::mismatch(where + "pattern " + now.pattern + ", planned " + planned.pattern);
-    if (planned.n_embd != now.n_embd || planned.n_ff != now.n_ff || planned.n_expert != now.n_expert || planned.n_used != now.n_used)
+    if (planned.n_embd != now.n_embd || planned.n_ff != now.n_ff || planned.n_expert != now.n_expert)
         return Status::mismatch(where + "dimensions differ from the plan");
     for (auto d : {weight_diff("gate", planned.gate, now.gate), weight_diff("up", planned.up, now.up),
                    weight_diff("down", planned.down, now.down)})
         if (!d.empty()) return Status::mismatch(where + d);
     return Status::mismatch(where + "CPU backend variant differs from the plan");
+}
+
+bool provider_weights_overlap(const ProviderEntry & e, const void * base, size_t size) {
+    const char * b = static_cast<const char *>(base);
+    for (const WeightInfo * w : {&e.gate, &e.up, &e.down}) {
+        const char * d = static_cast<const char *>(w->data);
+        if (d != nullptr && d < b + size && b < d + w->bytes) return true;
+    }
+    return false;
 }
 
 } // namespace moezip

@@ -1,8 +1,7 @@
 // Distributed runs under the unmodified host (moezip-run + LD_PRELOAD) with real moezip-worker
 // processes on loopback: every mode must give the single-node logits bit for bit, and faults
 // (corrupted frames, a worker dying mid-run) must be detected and handled per policy.
-#include "tests/test_support.h"
-#include "tests/worker_harness.h"
+#include "tests/cluster.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,53 +14,20 @@ using nlohmann::json;
 
 namespace {
 
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
-}
-
-/// One distributed scenario: workers to start, config text (without report), and the model.
-struct Cluster {
-    std::string dir;
-    std::vector<std::unique_ptr<WorkerProcess>> workers;
-
-    bool start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
-                      const std::map<std::string, std::string> & env = {}) {
-        std::vector<std::string> args = {"--model", model, "--bind", endpoint, "--threads", "1"};
-        if (!experts.empty()) { args.push_back("--experts"); args.push_back(experts); }
-        workers.emplace_back(new WorkerProcess());
-        bool ok = workers.back()->start(args, dir, env);
-        EXPECT_TRUE(ok) << workers.back()->error();
-        return ok;
-    }
-};
-
 /// Runs the host on `model` with `config_body` (+ report path); returns the exit result.
 CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model,
                        const std::string & config_body, const std::vector<std::string> & prompt,
                        const std::map<std::string, std::string> & extra_env = {}) {
-    std::string cfg = dir + "/" + name + ".toml";
-    std::ofstream(cfg) << "no_repack = true\nreport = \"" << dir << "/" << name << ".json\"\n" << config_body;
-    std::map<std::string, std::string> env = extra_env;
-    env["LD_PRELOAD"] = preload_env();
-    env["MOEZIP_CONFIG"] = cfg;
     std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", "32", "-b", "512", "--quiet", "--no-repack",
                                      "--json", dir + "/" + name + "-run.json"};
     argv.insert(argv.end(), prompt.begin(), prompt.end());
-    return run_command(argv, env);
+    return run_preloaded(argv, write_moezip_config(dir, name, config_body), extra_env);
 }
 
 void expect_same_logits(const std::string & dir, const std::string & a, const std::string & b) {
     CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/" + a + ".json", dir + "/" + b + ".json"});
     EXPECT_EQ(cmp.exit_code, 0) << a << " vs " << b << ": " << cmp.out << cmp.err;
     EXPECT_EQ(load_json(dir + "/" + a + "-run.json")["tokens"], load_json(dir + "/" + b + "-run.json")["tokens"]);
-}
-
-uint64_t sum_layers(const json & rep, const char * key) {
-    uint64_t s = 0;
-    for (const auto & l : rep["layers"]) s += l[key].get<uint64_t>();
-    return s;
 }
 
 const std::vector<std::string> kPrompt128 = {"--fixture", "128"};
@@ -166,11 +132,18 @@ TEST(Distributed, UpcycledRealModelOverTcpEqualsSingleNode) {
     EXPECT_EQ(load_json(c.dir + "/experts.json")["provider_map"].size(), 5u);  // all 5 layers of stories260K
     std::string rows = "require_intercept = true\nmode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
                        c.workers[0]->endpoint() + "\"\nshare = 0.5\n";
-    // a worker serving half the experts cannot take whole rows: it is refused, and require_intercept fails the run
+    // a worker serving half the experts cannot take whole rows: it is refused, and require_intercept
+    // fails the request that needed it (llama_decode fails) and the run
     CommandResult refused = run_host(c.dir, "rows_refused", model, rows, prompt);
     EXPECT_EQ(refused.exit_code, 4) << refused.err;
     EXPECT_NE(refused.err.find("does not serve expert 4"), std::string::npos) << refused.err;
-    expect_same_logits(c.dir, "single", "rows_refused");  // and still the correct output
+    EXPECT_NE(refused.err.find("moezip-run: error"), std::string::npos) << "the decode must fail: " << refused.err;
+    // without require_intercept the refused worker's rows are computed here: the correct output, counted
+    std::string rows_local = rows.substr(rows.find('\n') + 1);
+    CommandResult local = run_host(c.dir, "rows_refused_local", model, rows_local, prompt);
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    expect_same_logits(c.dir, "single", "rows_refused_local");
+    EXPECT_GT(sum_layers(load_json(c.dir + "/rows_refused_local.json"), "fallbacks"), 0u);
 }
 
 TEST(Distributed, CorruptedFrameIsDetectedAndComputedHereWithPolicyLocal) {

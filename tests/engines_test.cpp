@@ -3,8 +3,8 @@
 // a build of the pinned source is accepted by the default build, workers bind a default build's
 // single libggml-cpu.so through --engine, and an engine of another source or a mix of builds is
 // refused by name.
+#include "tests/cluster.h"
 #include "tests/engine_support.h"
-#include "tests/worker_harness.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,18 +16,6 @@ using namespace moezip_test;
 using nlohmann::json;
 
 namespace {
-
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
-}
-
-uint64_t sum_layers(const json & rep, const char * key) {
-    uint64_t s = 0;
-    for (const auto & l : rep["layers"]) s += l[key].get<uint64_t>();
-    return s;
-}
 
 /// Workers of one test, killed when it ends.
 struct Workers {

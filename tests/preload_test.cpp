@@ -1,7 +1,7 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
 #include "preload/engine_pin.h"
-#include "tests/test_support.h"
+#include "tests/cluster.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,12 +18,6 @@ std::string write_config(const std::string & dir, const std::string & name, cons
     std::string path = dir + "/" + name;
     std::ofstream(path) << text;
     return path;
-}
-
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
 }
 
 // Runs moezip-run on `model` (64-token fixture prompt, ubatch 32, 32 decode steps) under the preload.
@@ -130,14 +124,25 @@ TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
 }
 
 TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
-    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    // q4_0 experts are repacked by the engine's default (CPU_REPACK): a config asking for no_repack
+    // and experts mode's lazy model mapping must not act on an engine the guard refuses, so the
+    // refused run is the engine exactly as without the preload.
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q4_0"});
     std::string dir = test_dir("abi_mismatch");
-    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
-    CommandResult plain = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
-                                       "--quiet", "--json", dir + "/plain.json"});
-    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack",
-                                   "--quiet", "--json", dir + "/hooked.json"},
-                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+    std::string cfg = write_config(dir, "experts.toml", "mode = \"experts\"\nno_repack = true\nreport = \"" + dir + "/r.json\"\n"
+                                                        "[[worker]]\nendpoint = \"ipc://" + dir + "/none.sock\"\nexperts = \"4-7\"\n");
+    auto run = [&](const std::string & name, std::vector<std::string> extra, std::map<std::string, std::string> env) {
+        std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--quiet",
+                                         "--json", dir + "/" + name + ".json"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return run_command(argv, env);
+    };
+    CommandResult plain = run("plain", {}, {});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult unrepacked = run("unrepacked", {"--no-repack"}, {});
+    ASSERT_EQ(unrepacked.exit_code, 0) << unrepacked.err;
+    CommandResult r = run("hooked", {}, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     const moezip::EnginePin & pin = moezip::engine_pin();
     const std::string loaded = std::string("loaded ggml ") + pin.ggml_version + " (" + pin.binary_commit + ", ";
     EXPECT_NE(r.err.find(loaded), std::string::npos) << r.err;
@@ -145,10 +150,28 @@ TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
     EXPECT_NE(r.err.find(std::string("its commit ") + pin.binary_commit + " names another source than 0000000"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(std::string("`make ENGINE=") + pin.engine_dir), std::string::npos) << "the command to rebuild: " << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("no_repack: hiding"), std::string::npos) << "no_repack acted on a refused engine: " << r.err;
+    EXPECT_EQ(r.err.find("mapped the model"), std::string::npos) << "the lazy mapping acted on a refused engine: " << r.err;
+    const json p = load_json(dir + "/plain.json"), h = load_json(dir + "/hooked.json"), u = load_json(dir + "/unrepacked.json");
+    EXPECT_EQ(p["tokens"], h["tokens"]);
+    EXPECT_EQ(p["logits_xxh3"], h["logits_xxh3"]) << "passthrough must be the engine exactly as without the preload";
+    json rep = load_json(dir + "/r.json");
+    EXPECT_EQ(rep["engine"]["abi"].get<std::string>().find(loaded), 0u);
+    EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"], 0);
+    // (the repacked kernels give other bits than the plain ones here, which is what makes the check above bite)
+    EXPECT_NE(p["logits_xxh3"], u["logits_xxh3"]) << "this CPU does not repack q4_0: the check above cannot tell";
+}
+
+TEST(Preload, RequireInterceptFailsTheComputeWhenMoezipIsPassthrough) {
+    // the failure reaches the request (llama_decode fails), not only the exit status
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("abi_mismatch_required");
+    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nno_repack = true\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
+    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet"},
+                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
     EXPECT_EQ(r.exit_code, 4) << "require_intercept must fail a run that bypassed moezip: " << r.err;
-    // the engine's own result is untouched
-    EXPECT_EQ(load_json(dir + "/plain.json")["tokens"], load_json(dir + "/hooked.json")["tokens"]);
-    EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find(loaded), 0u);
+    EXPECT_NE(r.err.find("require_intercept: moezip is not active"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("moezip-run: error"), std::string::npos) << "the host's decode must fail: " << r.err;
 }
 
 TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
@@ -204,7 +227,8 @@ TEST(Preload, ExportsOnlyTheHookedSymbols) {
             line.find(" B ") != std::string::npos)
             syms += name + " ";
     }
-    EXPECT_EQ(syms, "ggml_backend_reg_get_proc_address ggml_backend_sched_graph_compute_async ggml_graph_compute mmap ");
+    EXPECT_EQ(syms, "ggml_backend_buffer_free ggml_backend_reg_get_proc_address ggml_backend_sched_free "
+                    "ggml_backend_sched_graph_compute_async ggml_graph_compute mmap ");
     CommandResult dyn = run_command({"readelf", "-d", preload_path()});
     ASSERT_EQ(dyn.exit_code, 0);
     EXPECT_EQ(dyn.out.find("ggml"), std::string::npos) << "no link-time dependency on ggml: " << dyn.out;

@@ -2,8 +2,8 @@
 // moezip built for that build, in experts mode with two workers: llama-server queried by a real
 // OpenAI-compatible client (curl, through tools/server-check.sh) and llama-completion, each against
 // the same program without moezip (or in observe mode, for the logits hashes).
+#include "tests/cluster.h"
 #include "tests/engine_support.h"
-#include "tests/worker_harness.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,12 +15,6 @@ using namespace moezip_test;
 using nlohmann::json;
 
 namespace {
-
-json load_json(const std::string & path) {
-    json j = json::parse(read_file(path), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-    return j;
-}
 
 /// Two workers of `e` over loopback TCP, experts 0-3 and 4-7 of the model; killed at the end.
 struct TwoWorkers {

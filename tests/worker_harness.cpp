@@ -72,6 +72,8 @@ bool WorkerProcess::start(const std::vector<std::string> & args, const std::stri
             std::istringstream words(ready_line_);
             std::string w1, w2;
             words >> w1 >> w2 >> endpoint_;
+            const size_t at = ready_line_.rfind("instance ");
+            if (at != std::string::npos) instance_ = strtoull(ready_line_.c_str() + at + 9, nullptr, 16);
             return true;
         }
     }
@@ -121,7 +123,7 @@ std::string WorkerReply::text(size_t i) const {
     return i < frames.size() ? std::string(static_cast<const char *>(frames[i].data()), frames[i].size()) : "";
 }
 
-WorkerClient::WorkerClient(const std::string & endpoint) : ctx_(1) {
+WorkerClient::WorkerClient(const std::string & endpoint, uint64_t instance) : ctx_(1), instance_(instance) {
     sock_.reset(new zmq::socket_t(ctx_, zmq::socket_type::dealer));
     sock_->set(zmq::sockopt::linger, 0);
     sock_->connect(endpoint);
@@ -151,8 +153,9 @@ bool WorkerClient::recv(WorkerReply & out, int timeout_ms) {
 
 // ---- requests ----
 
-MsgHeader compute_header(const ComputeRequest & r) {
+MsgHeader compute_header(const ComputeRequest & r, uint64_t instance) {
     MsgHeader h = msg_header_make(MsgKind::compute);
+    h.instance = instance;
     h.request_id = r.request_id;
     h.layer = r.layer;
     h.n_embd = r.n_embd;

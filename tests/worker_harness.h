@@ -37,6 +37,8 @@ public:
     /// The endpoint from the ready line ("tcp://127.0.0.1:41234", "ipc:///...").
     const std::string & endpoint() const { return endpoint_; }
     const std::string & ready_line() const { return ready_line_; }
+    /// The worker's process instance, from the ready line ("..., instance <16 hex digits>)").
+    uint64_t instance() const { return instance_; }
     const std::string & error() const { return error_; }
     int pid() const { return pid_; }
     /// Everything the worker wrote to stderr so far.
@@ -52,6 +54,7 @@ private:
     int out_fd_ = -1;
     std::string stderr_path_, program_;
     std::string endpoint_, ready_line_, error_;
+    uint64_t instance_ = 0;
 };
 
 /// A received reply: header (parsed with msg_header_parse) and data frames.
@@ -66,7 +69,9 @@ struct WorkerReply {
 /// A DEALER connected to a worker (linger 0; the socket is closed before the context).
 class WorkerClient {
 public:
-    explicit WorkerClient(const std::string & endpoint);
+    /// `instance`: the worker instance compute requests are addressed to (WorkerProcess::instance).
+    explicit WorkerClient(const std::string & endpoint, uint64_t instance = 0);
+    uint64_t instance() const { return instance_; }
     ~WorkerClient();
     /// Sends the frames as one multipart message.
     void send(std::vector<zmq::message_t> frames);
@@ -76,6 +81,7 @@ public:
 private:
     zmq::context_t ctx_;
     std::unique_ptr<zmq::socket_t> sock_;
+    uint64_t instance_ = 0;
 };
 
 /// A compute request's fields and data, turned into frames by compute_frames().
@@ -89,8 +95,8 @@ struct ComputeRequest {
     std::vector<float> weights;   ///< [n_used, n_rows]
 };
 
-/// The header of `r` with frame sizes and hashes set.
-moezip::MsgHeader compute_header(const ComputeRequest & r);
+/// The header of `r` addressed to worker `instance`, with frame sizes and hashes set.
+moezip::MsgHeader compute_header(const ComputeRequest & r, uint64_t instance);
 /// [header, hidden, ids, weights] for `h` (which may have been tampered with after compute_header).
 std::vector<zmq::message_t> compute_frames(const moezip::MsgHeader & h, const ComputeRequest & r);
 /// [header] + frames for a message without data (hello with JSON text when `json` is non-empty, ping).

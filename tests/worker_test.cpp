@@ -90,7 +90,7 @@ WorkerReply ask(WorkerClient & c, std::vector<zmq::message_t> frames) {
     return rep;
 }
 
-WorkerReply ask_compute(WorkerClient & c, const ComputeRequest & r) { return ask(c, compute_frames(compute_header(r), r)); }
+WorkerReply ask_compute(WorkerClient & c, const ComputeRequest & r) { return ask(c, compute_frames(compute_header(r, c.instance()), r)); }
 
 // A worker on ipc://<dir>/w.sock with extra flags; fails the test when it does not come up.
 bool start_worker(WorkerProcess & w, const std::string & dir, std::vector<std::string> flags,
@@ -113,15 +113,18 @@ TEST(Worker, HelloDescribesServedExpertsWithDigestsOfTheFile) {
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
     EXPECT_NE(w.ready_line().find("experts 0-3 of 8 (2 MoE layers"), std::string::npos) << w.ready_line();
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
 
-    WorkerReply rep = ask(c, simple_frames(MsgKind::hello, 77, R"({"protocol":1,"ggml_commit":"x"})"));
+    WorkerReply rep = ask(c, simple_frames(MsgKind::hello, 77, R"({"protocol":2,"ggml_commit":"x"})"));
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok);
     EXPECT_EQ(rep.h.request_id, 77u);
     ASSERT_EQ(rep.verify(), ErrorCode::ok);
     nlohmann::json j = nlohmann::json::parse(rep.text(), nullptr, false);
     ASSERT_TRUE(j.is_object()) << rep.text();
-    EXPECT_EQ(j["protocol"], 1);
+    EXPECT_EQ(j["protocol"], 2);
+    EXPECT_EQ(j["instance"], moezip::hex64(w.instance())) << "hello_ok names the instance of the ready line";
+    EXPECT_EQ(rep.h.instance, w.instance()) << "every reply header carries the instance";
+    EXPECT_NE(w.instance(), 0u);
     EXPECT_EQ(j["ggml_commit"], reference_api().ggml_commit());
     EXPECT_EQ(j["ggml_version"], reference_api().ggml_version());
     EXPECT_EQ(j["cpu_variant"], reference_variant());
@@ -160,7 +163,7 @@ TEST(Worker, AllOwnedRowsAreBitIdenticalToTheEngineKernels) {
     std::string dir = test_dir("worker_all_owned");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     for (int il = 0; il < 2; ++il) {
         ComputeRequest r = random_request(il, 7, 100 + il);
         Expected want = reference_compute(m, r);
@@ -189,7 +192,7 @@ TEST(Worker, PartialOwnershipReturnsTheOwnedPairsOnly) {
     std::string dir = test_dir("worker_partial");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     ComputeRequest full = random_request(1, 9, 7);
     full.ids[0] = 5, full.ids[1] = 6;  // row 0: nothing for this worker
     full.ids[2] = 1, full.ids[3] = 2;  // row 1: both slots here
@@ -235,17 +238,17 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
     std::string dir = test_dir("worker_malformed");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--experts", "0-3"}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     const ComputeRequest good = random_request(0, 3, 11, 4);
     auto with_header = [&](std::function<void(MsgHeader &)> f) {
-        MsgHeader h = compute_header(good);
+        MsgHeader h = compute_header(good, c.instance());
         f(h);
         return compute_frames(h, good);
     };
     auto with_request = [&](std::function<void(ComputeRequest &)> f) {
         ComputeRequest r = good;
         f(r);
-        return compute_frames(compute_header(r), r);
+        return compute_frames(compute_header(r, c.instance()), r);
     };
     struct Case {
         const char * name;
@@ -254,7 +257,9 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
     };
     std::vector<Case> cases;
     cases.push_back({"wrong magic", ErrorCode::bad_magic, with_header([](MsgHeader & h) { h.magic ^= 1; })});
-    cases.push_back({"wrong version", ErrorCode::bad_version, with_header([](MsgHeader & h) { h.version = 2; })});
+    cases.push_back({"wrong version (a v1 peer)", ErrorCode::bad_version, with_header([](MsgHeader & h) { h.version = 1; })});
+    cases.push_back({"addressed to another worker instance", ErrorCode::bad_instance, with_header([](MsgHeader & h) { h.instance ^= 1; })});
+    cases.push_back({"addressed to no instance", ErrorCode::bad_instance, with_header([](MsgHeader & h) { h.instance = 0; })});
     cases.push_back({"unknown kind", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.kind = 99; })});
     cases.push_back({"a result sent to the worker", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.kind = (uint16_t) MsgKind::result; })});
     cases.push_back({"hidden frame disagrees with n_rows", ErrorCode::bad_frames,
@@ -271,12 +276,12 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
     cases.push_back({"unsupported glu op", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.glu_op = GGML_GLU_OP_SWIGLU_OAI; })});
     cases.push_back({"ids sent as f32", ErrorCode::bad_frames, with_header([](MsgHeader & h) { h.dtype[1] = (uint8_t) WireType::f32; })});
     {
-        std::vector<zmq::message_t> f = compute_frames(compute_header(good), good);
+        std::vector<zmq::message_t> f = compute_frames(compute_header(good, c.instance()), good);
         f.resize(1);
         cases.push_back({"truncated multipart (header only)", ErrorCode::bad_frames, std::move(f)});
     }
     {
-        std::vector<zmq::message_t> f = compute_frames(compute_header(good), good);
+        std::vector<zmq::message_t> f = compute_frames(compute_header(good, c.instance()), good);
         f.emplace_back("x", 1);
         cases.push_back({"an extra frame", ErrorCode::bad_frames, std::move(f)});
     }
@@ -285,9 +290,9 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
         f.emplace_back("junk!", 5);
         cases.push_back({"junk single frame", ErrorCode::bad_frames, std::move(f)});
         std::vector<zmq::message_t> g;
-        std::string junk(128, 'j');
+        std::string junk(sizeof(MsgHeader), 'j');
         g.emplace_back(junk.data(), junk.size());
-        cases.push_back({"128 bytes of junk", ErrorCode::bad_magic, std::move(g)});
+        cases.push_back({"a header's worth of junk", ErrorCode::bad_magic, std::move(g)});
     }
     for (Case & k : cases) {
         const bool readable_header = k.frames[0].size() == sizeof(MsgHeader);
@@ -307,8 +312,8 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
 }
 
 // Shard mode: [header, hidden, ids, weights, ff_slice (first, count)].
-std::vector<zmq::message_t> shard_frames(const ComputeRequest & r, int32_t first, int32_t count, int32_t slice_bytes = 8) {
-    MsgHeader h = compute_header(r);
+std::vector<zmq::message_t> shard_frames(const ComputeRequest & r, uint64_t instance, int32_t first, int32_t count, int32_t slice_bytes = 8) {
+    MsgHeader h = compute_header(r, instance);
     const int32_t ff[2] = {first, count};
     msg_header_set_frame(h, 3, WireType::i32, ff, (size_t) slice_bytes);
     std::vector<zmq::message_t> f = compute_frames(h, r);
@@ -324,12 +329,12 @@ TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
     std::string dir = test_dir("worker_shard");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     ComputeRequest r = random_request(1, 9, 77);
     const Expected whole = reference_compute(m, r);
     std::vector<float> sum((size_t) kEmbd * r.n_rows, 0.0f);
     for (int32_t first : {0, 32}) {
-        WorkerReply rep = ask(c, shard_frames(r, first, 32));
+        WorkerReply rep = ask(c, shard_frames(r, c.instance(), first, 32));
         ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
         ASSERT_EQ(rep.verify(), ErrorCode::ok);
         MoeExecutor exec(reference_api(), 1);
@@ -356,13 +361,13 @@ TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
     // malformed slices are refused with a named error, and the worker keeps serving
     struct Case { const char * name; ErrorCode code; std::vector<zmq::message_t> frames; };
     std::vector<Case> cases;
-    cases.push_back({"slice not on a block boundary", ErrorCode::bad_shape, shard_frames(r, 16, 32)});
-    cases.push_back({"slice past n_ff", ErrorCode::bad_shape, shard_frames(r, 32, 64)});
-    cases.push_back({"empty slice", ErrorCode::bad_shape, shard_frames(r, 0, 0)});
-    cases.push_back({"slice frame of 4 bytes", ErrorCode::bad_frames, shard_frames(r, 0, 32, 4)});
+    cases.push_back({"slice not on a block boundary", ErrorCode::bad_shape, shard_frames(r, c.instance(), 16, 32)});
+    cases.push_back({"slice past n_ff", ErrorCode::bad_shape, shard_frames(r, c.instance(), 32, 64)});
+    cases.push_back({"empty slice", ErrorCode::bad_shape, shard_frames(r, c.instance(), 0, 0)});
+    cases.push_back({"slice frame of 4 bytes", ErrorCode::bad_frames, shard_frames(r, c.instance(), 0, 32, 4)});
     ComputeRequest slots_reply = r;
     slots_reply.reply = ReplyKind::slots;
-    cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, 0, 32)});
+    cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, c.instance(), 0, 32)});
     for (Case & k : cases) {
         WorkerReply rep = ask(c, std::move(k.frames));
         EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << k.name;
@@ -401,7 +406,7 @@ TEST(Worker, SigtermExitsZeroWithinASecond) {
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--threads", "1"}));
     {
-        WorkerClient c(w.endpoint());
+        WorkerClient c(w.endpoint(), w.instance());
         EXPECT_EQ(ask(c, simple_frames(MsgKind::ping, 1)).h.kind, (uint16_t) MsgKind::pong);
     }
     double ms = 0;
@@ -416,7 +421,7 @@ TEST(Worker, MmapGivesTheSameResultsAsLoadedMemory) {
     ASSERT_TRUE(start_worker(loaded, dir, {"--experts", "2-5"}));
     std::string dir2 = test_dir("worker_mmap2");
     ASSERT_TRUE(start_worker(mapped, dir2, {"--experts", "2-5", "--mmap"}));
-    WorkerClient a(loaded.endpoint()), b(mapped.endpoint());
+    WorkerClient a(loaded.endpoint(), loaded.instance()), b(mapped.endpoint(), mapped.instance());
     ComputeRequest r = random_request(1, 6, 21);
     for (int32_t & id : r.ids) id = id >= 2 && id <= 5 ? id : -1;
     WorkerReply ra = ask_compute(a, r), rb = ask_compute(b, r);
@@ -425,7 +430,11 @@ TEST(Worker, MmapGivesTheSameResultsAsLoadedMemory) {
     ASSERT_EQ(ra.frames[0].size(), rb.frames[0].size());
     EXPECT_EQ(memcmp(ra.frames[0].data(), rb.frames[0].data(), ra.frames[0].size()), 0);
     WorkerReply ha = ask(a, simple_frames(MsgKind::hello, 2)), hb = ask(b, simple_frames(MsgKind::hello, 2));
-    EXPECT_EQ(ha.text(), hb.text()) << "same identity either way";
+    nlohmann::json ja = nlohmann::json::parse(ha.text(), nullptr, false), jb = nlohmann::json::parse(hb.text(), nullptr, false);
+    EXPECT_NE(ja["instance"], jb["instance"]) << "two processes, two instances";
+    ja.erase("instance");
+    jb.erase("instance");
+    EXPECT_EQ(ja, jb) << "same identity either way";
 }
 
 TEST(Worker, ThreadCountDoesNotChangeTheBits) {
@@ -434,7 +443,7 @@ TEST(Worker, ThreadCountDoesNotChangeTheBits) {
     std::string dir = test_dir("worker_threads");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {"--threads", "2"}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     ComputeRequest r = random_request(0, 16, 71);
     r.reply = ReplyKind::slots;
     WorkerReply rep = ask_compute(c, r);
@@ -450,7 +459,7 @@ TEST(Worker, ServesOverTcpOnAFreePort) {
     ASSERT_TRUE(w.start({"--model", tiny_model(), "--bind", "tcp://127.0.0.1:*"}, dir)) << w.error();
     ASSERT_EQ(w.endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << w.ready_line();
     EXPECT_EQ(w.stderr_text().find("warning"), std::string::npos) << "loopback must not warn";
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     ComputeRequest r = random_request(0, 4, 31);
     WorkerReply rep = ask_compute(c, r);
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
@@ -492,7 +501,7 @@ TEST(WorkerFault, CorruptResultIsCaughtByTheHashCheck) {
     std::string dir = test_dir("worker_fault_corrupt");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "corrupt_result"}}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     WorkerReply rep = ask_compute(c, random_request(0, 2, 41));
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result);
     EXPECT_EQ(rep.verify(), ErrorCode::bad_hash);
@@ -502,10 +511,10 @@ TEST(WorkerFault, ExitAfterDiesWithoutReplying) {
     std::string dir = test_dir("worker_fault_exit");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "exit_after=1"}}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     EXPECT_EQ(ask_compute(c, random_request(0, 2, 51)).h.kind, (uint16_t) MsgKind::result);
     ComputeRequest r = random_request(0, 2, 52);
-    c.send(compute_frames(compute_header(r), r));
+    c.send(compute_frames(compute_header(r, c.instance()), r));
     WorkerReply rep;
     EXPECT_FALSE(c.recv(rep, 1000)) << "a reply after the fault";
     EXPECT_EQ(w.wait_exit(5000), 1);
@@ -515,7 +524,7 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
     std::string dir = test_dir("worker_fault_delay");
     WorkerProcess w;
     ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=300"}}));
-    WorkerClient c(w.endpoint());
+    WorkerClient c(w.endpoint(), w.instance());
     auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(ask_compute(c, random_request(0, 1, 61)).h.kind, (uint16_t) MsgKind::result);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

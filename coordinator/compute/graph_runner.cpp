@@ -1,9 +1,14 @@
 #include "coordinator/compute/graph_runner.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/base/test_fault.h"
+#include "coordinator/wire/transport.h"
 
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <thread>
 
 namespace moezip {
 
@@ -22,64 +27,176 @@ ggml_status GraphRunner::compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int
     return api_.ggml_graph_compute(&view, cplan);
 }
 
+uint64_t GraphRunner::retire_locked(std::map<uint64_t, ProviderEntry>::iterator it, const std::string & why) {
+    it->second.retired = why;
+    ++ev_.plans_retired;
+    if (ev_.retired_plans.size() < Evidence::kRetiredKept) ev_.retired_plans.push_back(it->second);
+    const uint64_t id = it->first;
+    ev_.provider_map.erase(it);
+    return id;
+}
+
+void GraphRunner::note_epoch_locked(const std::string & why, const std::vector<uint64_t> & plans) {
+    ++ev_.epochs_total;
+    if (ev_.epochs.size() < 64) ev_.epochs.push_back({ev_.graphs, why, plans});
+    LOG_INFO("new model epoch: %s; %zu plan(s) retired, their weights will be identified and verified again", why.c_str(), plans.size());
+}
+
+void GraphRunner::forget_plans(const std::vector<uint64_t> & plans) {
+    if (handler_ == nullptr || plans.empty()) return;
+    std::lock_guard<std::timed_mutex> hl(handler_mu_);
+    if (!shut_down_) handler_->forget_plans(plans);
+}
+
 bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<bool> & handle) {
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     handle.assign(regions.size(), false);
     bool ok = true;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < regions.size(); ++i) {
-        MoeRegion & r = regions[i];
-        ProviderEntry now = provider_entry_make(r, variant_, api_.ggml_type_name, buft);
-        auto it = ev_.provider_map.find(r.il);
-        if (it == ev_.provider_map.end()) {
-            ev_.provider_map[r.il] = now;  // first sight of this layer: it becomes the plan
-            if (!r.dispatchable) LOG_WARN("layer %d is not dispatchable: %s", r.il, r.reason.c_str());
-        } else {
-            Status st = provider_check(it->second, now);
-            if (!st) {
-                ++ev_.identity_failed;
-                ev_.add_error(st.message());
-                LOG_CAPPED(LogLevel::error, "provider identity mismatch: %s", st.message().c_str());
-                if (opt_.abort_on_mismatch) ok = false;
+    std::vector<uint64_t> retired;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < regions.size(); ++i) {
+            MoeRegion & r = regions[i];
+            ProviderEntry now = provider_entry_make(r, variant_, api_.ggml_type_name, buft);
+            auto it = ev_.provider_map.end();
+            for (auto p = ev_.provider_map.begin(); p != ev_.provider_map.end(); ++p)
+                if (p->second.il == r.il && p->second.gate.data == now.gate.data) { it = p; break; }
+            if (it != ev_.provider_map.end()) {
+                Status st = provider_check(it->second, now);
+                if (!st) {
+                    // Other weights than planned at the planned address (a model loaded where a freed
+                    // one was, unseen): the old plan ends, these weights get their own, verified anew.
+                    std::vector<uint64_t> ids = {retire_locked(it, st.message())};
+                    note_epoch_locked(st.message(), ids);
+                    retired.push_back(ids[0]);
+                    it = ev_.provider_map.end();
+                }
+            }
+            if (it == ev_.provider_map.end()) {
+                now.plan_id = ++ev_.plans_made;  // first sight of these weights: they get a plan
+                it = ev_.provider_map.emplace(now.plan_id, now).first;
+                if (!r.dispatchable) LOG_WARN("layer %d is not dispatchable: %s", r.il, r.reason.c_str());
+            }
+            ProviderEntry & p = it->second;
+            p.dispatchable = r.dispatchable;
+            p.reason = r.reason;
+            p.pattern = r.pattern;
+            p.n_used = r.n_used;
+            ++p.patterns[r.pattern];
+            r.plan_id = p.plan_id;
+            ++ev_.identity_passed;
+            handle[i] = opt_.handle_regions && r.dispatchable && handler_ != nullptr;
+            if (!handle[i]) {
                 ++ev_.layers[r.il].passthrough;
                 ++ev_.regions_passthrough;
-                continue;
+                if (opt_.require_intercept && opt_.handle_regions) {
+                    ev_.add_error("require_intercept: layer " + std::to_string(r.il) + " not distributed: " +
+                                  (r.dispatchable ? std::string("no handler") : r.reason));
+                    ok = false;
+                }
             }
         }
-        ++ev_.identity_passed;
-        handle[i] = opt_.handle_regions && r.dispatchable && handler_ != nullptr;
-        if (!handle[i]) {
-            ++ev_.layers[r.il].passthrough;
-            ++ev_.regions_passthrough;
-        }
     }
+    forget_plans(retired);
     return ok;
 }
 
-void GraphRunner::record_logits(ggml_cgraph * gf) {
+void GraphRunner::weights_released(const void * base, size_t size, const char * why) {
+    std::vector<uint64_t> retired;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = ev_.provider_map.begin(); it != ev_.provider_map.end();) {
+            auto next = std::next(it);
+            if (provider_weights_overlap(it->second, base, size)) retired.push_back(retire_locked(it, why));
+            it = next;
+        }
+        if (!retired.empty()) note_epoch_locked(why, retired);
+    }
+    forget_plans(retired);
+}
+
+void GraphRunner::record_logits(ggml_cgraph * gf, const void * sched) {
     for (int i = gf->n_nodes - 1; i >= 0; --i) {
         ggml_tensor * t = gf->nodes[i];
         if (strcmp(t->name, "result_output") != 0) continue;
         if (t->type != GGML_TYPE_F32 || t->data == nullptr || t->nb[1] != t->ne[0] * sizeof(float)) return;
         std::lock_guard<std::mutex> lock(mu_);
-        ev_.add_logits(static_cast<const float *>(t->data), t->ne[0], t->ne[1]);
+        ev_.add_logits(static_cast<const float *>(t->data), t->ne[0], t->ne[1], sched);
         return;
     }
 }
 
 nlohmann::json GraphRunner::workers_json() {
     if (handler_ == nullptr) return nlohmann::json::array();
-    std::lock_guard<std::mutex> hl(handler_mu_);
+    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(200));
+    if (!hl.owns_lock()) return nlohmann::json::array();  // a compute holds it (a worker wait): next flush
     return handler_->workers_json();
 }
 
 nlohmann::json GraphRunner::memory_json() {
     if (handler_ == nullptr) return nlohmann::json::object();
-    std::lock_guard<std::mutex> hl(handler_mu_);
+    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(200));
+    if (!hl.owns_lock()) return nlohmann::json::object();
     return handler_->memory_json();
 }
 
-ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
+bool GraphRunner::quiesce(int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (in_flight_.load() == 0) return true;
+    LOG_WARN("exit: another thread is still inside a graph compute after %d ms", ms);
+    return false;
+}
+
+void GraphRunner::shutdown() {
+    if (handler_ == nullptr) return;
+    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(100));
+    if (!hl.owns_lock()) {
+        LOG_WARN("exit: a MoE region is still being computed on another thread; leaving its connections to the OS");
+        return;
+    }
+    if (!shut_down_) handler_->shutdown();
+    shut_down_ = true;
+}
+
+Status GraphRunner::handle_region(const MoeRegion & r, LayerCounters & delta, std::vector<std::string> & recovered) {
+    try {
+        std::lock_guard<std::timed_mutex> hl(handler_mu_);
+        if (shut_down_) return Status::io_error("the process is exiting: moezip no longer computes regions");
+        static bool thrown = false;
+        if (!thrown && test_fault("throw_in_region")) {
+            thrown = true;
+            throw std::runtime_error("test fault throw_in_region");
+        }
+        Status st = handler_->compute(r, delta);
+        recovered = handler_->take_errors();
+        return st;
+    } catch (const std::exception & e) {
+        return Status::io_error(std::string("internal error while handling the region: ") + e.what());
+    } catch (...) {
+        return Status::io_error("internal error while handling the region (unknown exception)");
+    }
+}
+
+namespace {
+
+// Counts a thread inside GraphRunner::compute for the span of a scope.
+class InFlight {
+public:
+    explicit InFlight(std::atomic<int> & n) : n_(n) { ++n_; }
+    ~InFlight() { --n_; }
+    InFlight(const InFlight &) = delete;
+    InFlight & operator=(const InFlight &) = delete;
+
+private:
+    std::atomic<int> & n_;
+};
+
+} // namespace
+
+ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * sched) {
+    InFlight in_flight(in_flight_);
+    if (transport_stopping()) return GGML_STATUS_ABORTED;  // exit() began on another thread
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     std::vector<MoeRegion> regions = moe_regions_find(gf->nodes, gf->n_nodes, buft);
     std::vector<bool> handle;
@@ -90,34 +207,32 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
         if (!regions.empty()) ++ev_.moe_graphs;
     }
     if (!ok) {
-        LOG_ERROR("stopping this compute: provider identity mismatch and on_mismatch = \"abort\"");
+        LOG_CAPPED(LogLevel::error, "stopping this compute: a MoE region cannot be distributed as configured and require_intercept = true "
+                                    "(see the report's errors)");
         return GGML_STATUS_FAILED;
     }
     int pos = 0;
     for (size_t i = 0; i < regions.size(); ++i) {
         if (!handle[i]) continue;
         const MoeRegion & r = regions[i];
+        if (transport_stopping()) return GGML_STATUS_ABORTED;  // exit() began on another thread: stop between pieces
         ggml_status gs = compute_range(gf, cplan, pos, r.first_node);
         if (gs != GGML_STATUS_SUCCESS) return gs;
         auto t0 = std::chrono::steady_clock::now();
         LayerCounters delta;
-        // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
-        Status st = Status::ok();
         std::vector<std::string> recovered;
-        if (r.n_tokens > 0) {
-            std::lock_guard<std::mutex> hl(handler_mu_);
-            st = handler_->compute(r, delta);
-            recovered = handler_->take_errors();
-        }
+        // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
+        Status st = r.n_tokens > 0 ? handle_region(r, delta, recovered) : Status::ok();
         double ms = ms_between(t0, std::chrono::steady_clock::now());
         std::unique_lock<std::mutex> lock(mu_);
         LayerCounters & c = ev_.layers[r.il];
         for (const std::string & e : recovered) ev_.add_error("layer " + std::to_string(r.il) + ": " + e);
         if (!st) {
             ev_.add_error("layer " + std::to_string(r.il) + ": " + st.to_string());
-            if (opt_.abort_on_handler_error) {
+            if (opt_.abort_on_handler_error || opt_.require_intercept) {
                 lock.unlock();
-                LOG_ERROR("layer %d: %s; stopping this compute", r.il, st.to_string().c_str());
+                LOG_ERROR("layer %d: %s; stopping this compute (%s)", r.il, st.to_string().c_str(),
+                          opt_.require_intercept ? "require_intercept = true" : "on_worker_error = \"abort\"");
                 return GGML_STATUS_FAILED;
             }
             LOG_CAPPED(LogLevel::warn, "layer %d: %s; the engine recomputes this region", r.il, st.to_string().c_str());
@@ -136,11 +251,20 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan) {
         c.fallbacks += delta.fallbacks;
         c.ms += ms; c.ms_local += delta.ms_local; c.ms_wait += delta.ms_wait;
         ++ev_.regions_handled;
+        if (delta.fallbacks > 0 && opt_.require_intercept) {
+            // the output is right, but not computed as configured: the request must not pass as distributed
+            ev_.add_error("require_intercept: layer " + std::to_string(r.il) + ": a worker's part was computed here");
+            lock.unlock();
+            LOG_CAPPED(LogLevel::error, "layer %d: a worker's part was computed on this host; stopping this compute "
+                                        "(require_intercept = true)", r.il);
+            return GGML_STATUS_FAILED;
+        }
         lock.unlock();
         pos = r.last_node + 1;
     }
+    if (transport_stopping()) return GGML_STATUS_ABORTED;
     ggml_status gs = compute_range(gf, cplan, pos, gf->n_nodes);
-    if (gs == GGML_STATUS_SUCCESS) record_logits(gf);
+    if (gs == GGML_STATUS_SUCCESS) record_logits(gf, sched);
     return gs;
 }
 

@@ -1,19 +1,25 @@
 // moezip: run one engine graph with its MoE regions handled by moezip.
 //
 // The engine's CPU backend hands us (cgraph, cplan). We find the MoE regions, check each against
-// the provider map, then compute the graph in pieces with the engine's real ggml_graph_compute:
+// its provider plan (provider_map/provider_map.h), then compute the graph in pieces with the
+// engine's real ggml_graph_compute:
 //   [0, region_1.first) -> handler(region_1) -> (region_1.last, region_2.first) -> ... -> rest.
 // Pieces are views of the engine's own node array (ggml_graph_view): the graph is never modified.
 // The router nodes of a region always lie before its first node, so the selected experts exist when
 // the handler runs. A region the handler fails on is recomputed by the engine's own nodes (policy
 // "local") or the compute fails with GGML_STATUS_FAILED (policy "abort"), which llama_decode reports
 // as an error: the host never receives a partly written output as if it were complete.
+//
+// Plans belong to a model epoch: weights_released() retires every plan whose weights lie in memory
+// the engine frees, and the handler forgets what it verified for them (workers are checked again,
+// by content, for the weights that come next).
 #pragma once
 
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/modes/region_handler.h"
 #include "preload/engine_api.h"
 
+#include <atomic>
 #include <mutex>
 
 namespace moezip {
@@ -23,6 +29,10 @@ struct RunnerOptions {
     bool handle_regions = false;         ///< false: observe only (the engine computes every region)
     bool abort_on_mismatch = false;      ///< provider identity mismatch: fail the compute instead of passthrough
     bool abort_on_handler_error = false; ///< handler error: fail the compute instead of the engine's recompute
+    /// require_intercept: a MoE region not handled as configured (not dispatchable, identity
+    /// mismatch, a worker part computed here) fails the compute, so the request that needed it
+    /// fails visibly instead of being answered by an undistributed run.
+    bool require_intercept = false;
 };
 
 class GraphRunner {
@@ -34,19 +44,41 @@ public:
         : api_(api), variant_(variant), ev_(ev), mu_(mu), handler_(handler), opt_(opt) {}
 
     /// Computes the graph as ggml_graph_compute would, with regions handled per the options.
+    /// `sched` is the engine context's scheduler that asked for it (its logits stream), or nullptr.
     /// Returns the engine's status, or GGML_STATUS_FAILED after a fatal moezip error (logged).
-    ggml_status compute(ggml_cgraph * gf, ggml_cplan * cplan);
+    /// Never throws: an exception inside moezip is a handler error under the configured policy.
+    ggml_status compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * sched = nullptr);
+
+    /// The engine frees (or unmaps) [base, base + size): every plan with weights there is retired
+    /// (a new model epoch starts if any was) and the handler drops what it verified for them.
+    /// `why` names the event for the report. Cheap when nothing overlaps.
+    void weights_released(const void * base, size_t size, const char * why);
 
     /// The handler's per-worker evidence (locks the handler against a concurrent compute).
     nlohmann::json workers_json();
     /// The handler's memory evidence (weights released), {} without a handler.
     nlohmann::json memory_json();
+    /// At exit, after transport_stop_waiting(): waits up to `ms` for every compute in progress on
+    /// other threads to stop (they stop at the next piece of their graph, or when their worker wait
+    /// ends), so that no thread runs the engine's kernels while exit tears the engine's statics
+    /// down. True when none is left.
+    bool quiesce(int ms);
+    /// Shuts the handler down (sockets, context), unless a compute is still in it (then the process
+    /// is exiting and another thread still uses it: the handler is left to the OS). Once.
+    void shutdown();
 
 private:
     ggml_status compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int i0, int i1);
-    /// Plans or checks each region; returns false when the compute must fail (mismatch + abort).
+    /// Checks each region against its plan (making one for weights seen the first time); sets
+    /// r.plan_id. Returns false when the compute must fail (mismatch + abort, or require_intercept).
     bool check_providers(std::vector<MoeRegion> & regions, std::vector<bool> & handle);
-    void record_logits(ggml_cgraph * gf);
+    /// Retires plan `it` (caller holds mu_) and returns its id.
+    uint64_t retire_locked(std::map<uint64_t, ProviderEntry>::iterator it, const std::string & why);
+    void note_epoch_locked(const std::string & why, const std::vector<uint64_t> & plans);
+    void forget_plans(const std::vector<uint64_t> & plans);
+    /// Runs the handler on one region; any exception becomes an error Status.
+    Status handle_region(const MoeRegion & r, LayerCounters & delta, std::vector<std::string> & recovered);
+    void record_logits(ggml_cgraph * gf, const void * sched);
     std::string buffer_type_name(const ggml_tensor * t) const;
 
     const GgmlApi & api_;
@@ -55,7 +87,9 @@ private:
     std::mutex & mu_;
     RegionHandler * handler_;
     RunnerOptions opt_;
-    std::mutex handler_mu_;  // handlers are not thread-safe; node may decode from two threads
+    std::timed_mutex handler_mu_;  // handlers are not thread-safe; node may decode from two threads
+    bool shut_down_ = false;       // under handler_mu_
+    std::atomic<int> in_flight_{0};  // threads inside compute()
 };
 
 } // namespace moezip

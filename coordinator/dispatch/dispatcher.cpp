@@ -1,11 +1,13 @@
 #include "coordinator/dispatch/dispatcher.h"
 
+#include "coordinator/base/test_fault.h"
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
 #include "provider_map/expert_digest.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -14,8 +16,7 @@ namespace moezip {
 
 Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity self)
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
-    const char * fault = getenv("MOEZIP_TEST_FAULT");
-    fault_corrupt_ = fault != nullptr && strcmp(fault, "corrupt_request") == 0;
+    fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
     for (size_t i = 0; i < workers_.size(); ++i) workers_[i].cfg = &cfg.workers[i];
 }
@@ -39,6 +40,11 @@ void Dispatcher::shutdown() {
 Status Dispatcher::hello(Worker & w) {
     if (!ctx_) ctx_.reset(new zmq::context_t(1));
     if (!w.link) w.link.reset(new WorkerLink(*ctx_, w.cfg->endpoint, cfg_.dispatch.connect_timeout_ms));
+    // Whatever was verified before belongs to the instance that answered then.
+    w.said_hello = false;
+    w.instance = 0;
+    w.link->set_instance(0);
+    w.plans_ok.clear();
     // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
     // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
     w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
@@ -56,6 +62,10 @@ Status Dispatcher::hello(Worker & w) {
     w.identity = nlohmann::json::parse(static_cast<const char *>(data.data()), static_cast<const char *>(data.data()) + data.size(),
                                        nullptr, false);
     if (w.identity.is_discarded() || !w.identity.is_object()) return Status::corruption(w.cfg->endpoint + ": hello_ok is not JSON");
+    const nlohmann::json * inst = w.identity.contains("instance") ? &w.identity["instance"] : nullptr;
+    if (rh.instance == 0 || inst == nullptr || !inst->is_string() || inst->get<std::string>() != hex64(rh.instance))
+        return Status::corruption(w.cfg->endpoint + ": hello_ok names no worker instance, or not the one in its header");
+    w.instance = rh.instance;
     w.said_hello = true;
     w.link->set_timeout_ms(w.cfg->timeout_ms);  // per-request timeout from now on
     return Status::ok();
@@ -73,104 +83,144 @@ std::vector<int> Dispatcher::assigned_experts(size_t w, int n_expert) const {
     return out;
 }
 
+namespace {
+
+// hello_ok fields, read without ever throwing: a field of the wrong JSON type reads as absent.
+std::string json_str(const nlohmann::json & j, const char * key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string("?");
+}
+
+int64_t json_int(const nlohmann::json & j, const char * key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : INT64_MIN;
+}
+
+} // namespace
+
 Status Dispatcher::check_identity(const Worker & w) const {
     const nlohmann::json & id = w.identity;
     const std::string who = "worker " + w.cfg->endpoint + " refused: ";
-    auto str = [&](const char * key) { return id.contains(key) && id[key].is_string() ? id[key].get<std::string>() : std::string("?"); };
-    if (!id.contains("protocol") || id["protocol"] != kProtocolVersion)
-        return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks 1");
+    if (json_int(id, "protocol") != kProtocolVersion)
+        return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks " +
+                                std::to_string(kProtocolVersion));
     // The kernels' build-id first: it names a mix of builds (or of CPU variants) for what it is.
-    if (str("cpu_variant") != self_.variant.name || str("cpu_build_id") != self_.variant.build_id)
-        return Status::mismatch(who + "it computes with CPU variant " + str("cpu_variant") + " (build-id " + str("cpu_build_id") +
-                                ", ggml " + str("ggml_commit") + "), this host with " + self_.variant.name + " (build-id " +
-                                self_.variant.build_id + ", ggml " + self_.ggml_commit + "): different kernels give different "
-                                "bits, so results would not be bit-identical; run every host on one llama.cpp build and like CPUs");
-    if (str("ggml_commit") != self_.ggml_commit)
-        return Status::mismatch(who + "it runs ggml " + str("ggml_commit") + ", this host " + self_.ggml_commit);
+    if (json_str(id, "cpu_variant") != self_.variant.name || json_str(id, "cpu_build_id") != self_.variant.build_id)
+        return Status::mismatch(who + "it computes with CPU variant " + json_str(id, "cpu_variant") + " (build-id " +
+                                json_str(id, "cpu_build_id") + ", ggml " + json_str(id, "ggml_commit") + "), this host with " +
+                                self_.variant.name + " (build-id " + self_.variant.build_id + ", ggml " + self_.ggml_commit +
+                                "): different kernels give different bits, so results would not be bit-identical; run every "
+                                "host on one llama.cpp build and like CPUs");
+    if (json_str(id, "ggml_commit") != self_.ggml_commit)
+        return Status::mismatch(who + "it runs ggml " + json_str(id, "ggml_commit") + ", this host " + self_.ggml_commit);
     return Status::ok();
 }
 
 Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
     const std::string who = "worker " + w.cfg->endpoint + " refused for layer " + std::to_string(r.il) + ": ";
     const nlohmann::json * layer = nullptr;
-    if (w.identity.contains("layers") && w.identity["layers"].is_array())
-        for (const auto & l : w.identity["layers"])
-            if (l.value("il", -1) == r.il) layer = &l;
+    auto layers = w.identity.find("layers");
+    if (layers != w.identity.end() && layers->is_array())
+        for (const auto & l : *layers)
+            if (l.is_object() && json_int(l, "il") == r.il) layer = &l;
     if (layer == nullptr) return Status::mismatch(who + "it does not serve this layer");
-    if (layer->value("n_embd", -1) != r.n_embd || layer->value("n_ff", -1) != r.n_ff || layer->value("n_expert", -1) != r.n_expert)
+    if (json_int(*layer, "n_embd") != r.n_embd || json_int(*layer, "n_ff") != r.n_ff || json_int(*layer, "n_expert") != r.n_expert)
         return Status::mismatch(who + "dimensions differ (model file differs?)");
     const ggml_tensor * mine[3] = {r.gate_exps, r.up_exps, r.down_exps};
-    const nlohmann::json & tensors = (*layer)["tensors"];
+    auto tensors = layer->find("tensors");
+    if (tensors == layer->end() || !tensors->is_array() || tensors->size() != 3) return Status::mismatch(who + "malformed tensor list");
     for (int i = 0; i < 3; ++i) {
-        if (!tensors.is_array() || tensors.size() != 3) return Status::mismatch(who + "malformed tensor list");
-        const nlohmann::json & t = tensors[i];
-        std::vector<int64_t> ne = t.value("ne", std::vector<int64_t>{});
-        if (t.value("name", std::string()) != mine[i]->name || t.value("type", std::string()) != api_.ggml_type_name(mine[i]->type) ||
-            ne.size() != 3 || ne[0] != mine[i]->ne[0] || ne[1] != mine[i]->ne[1] || ne[2] != mine[i]->ne[2])
-            return Status::mismatch(who + "tensor " + t.value("name", std::string("?")) + " " + t.value("type", std::string("?")) +
-                                    " differs from this host's " + mine[i]->name + " " + api_.ggml_type_name(mine[i]->type));
+        const nlohmann::json & t = (*tensors)[i];
+        if (!t.is_object()) return Status::mismatch(who + "malformed tensor list");
+        auto ne = t.find("ne");
+        bool same_shape = ne != t.end() && ne->is_array() && ne->size() == 3;
+        for (size_t d = 0; same_shape && d < 3; ++d)
+            same_shape = (*ne)[d].is_number_integer() && (*ne)[d].get<int64_t>() == mine[i]->ne[d];
+        if (json_str(t, "name") != mine[i]->name || json_str(t, "type") != api_.ggml_type_name(mine[i]->type) || !same_shape)
+            return Status::mismatch(who + "tensor " + json_str(t, "name") + " " + json_str(t, "type") + " differs from this host's " +
+                                    mine[i]->name + " " + api_.ggml_type_name(mine[i]->type));
     }
-    const nlohmann::json & digests = (*layer)["digests"];
+    auto digests = layer->find("digests");
+    if (digests == layer->end() || !digests->is_object()) return Status::mismatch(who + "no expert digests");
     for (int e : assigned_experts(&w - workers_.data(), (int) r.n_expert)) {
-        std::string key = std::to_string(e);
-        if (!digests.is_object() || !digests.contains(key))
-            return Status::mismatch(who + "it does not serve expert " + key + " assigned to it");
+        const std::string theirs = json_str(*digests, std::to_string(e).c_str());
+        if (theirs == "?") return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
         uint64_t here = expert_identity_digest_of(r.gate_exps, r.up_exps, r.down_exps, e);
-        if (digests[key].get<std::string>() != hex64(here))
-            return Status::mismatch(who + "expert " + key + " weights differ from this host's (another model file?)");
+        if (theirs != hex64(here))
+            return Status::mismatch(who + "expert " + std::to_string(e) + " weights differ from this host's (another model file?)");
     }
     return Status::ok();
 }
 
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    if (!w.refused.empty()) return false;
+    if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     if (!w.said_hello) {
         Status st = hello(w);
         if (st) st = check_identity(w);
         if (!st) {
+            w.said_hello = false;
             if (st.code() == Status::Code::mismatch) {
                 w.refused = st.message();
                 LOG_ERROR("%s", st.message().c_str());
+                if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             } else {
-                w.said_hello = false;
                 mark_failed(wi, st);
             }
             return false;
         }
-        if (w.logged_down) LOG_INFO("worker %s is back", w.cfg->endpoint.c_str());
+        w.link->set_instance(w.instance);
+        if (w.logged_down) LOG_INFO("worker %s is back (instance %s)", w.cfg->endpoint.c_str(), hex64(w.instance).c_str());
         w.backoff_ms = 0;
         w.logged_down = false;
     }
-    if (!w.layers_ok.count(r.il)) {
+    if (!w.plans_ok.count(r.plan_id)) {
         Status st = check_layer(w, r);
         if (!st) {
-            w.refused = st.message();
+            w.plans_refused[r.plan_id] = st.message();
             LOG_ERROR("%s", st.message().c_str());
+            if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             return false;
         }
-        w.layers_ok.insert(r.il);
+        w.plans_ok.insert(r.plan_id);
     }
     return true;
 }
 
 void Dispatcher::mark_failed(size_t wi, const Status & why) {
     Worker & w = workers_[wi];
-    w.backoff_ms = w.backoff_ms == 0 ? 1000 : std::min(w.backoff_ms * 2, 30000);
-    w.down_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.backoff_ms);
-    w.said_hello = false;  // probe with a fresh hello when the back-off ends
+    w.said_hello = false;  // probe with a fresh hello (and every per-layer check) before any compute
+    w.plans_ok.clear();
     if (w.link) w.link->reset();
     ++w.failures;
     w.last_failure = why.message();
     if (pending_errors_.size() < 50) pending_errors_.push_back("worker " + w.cfg->endpoint + " failed: " + why.message());
+    if (why.code() == Status::Code::mismatch) {
+        // another process answers on this endpoint: not down, but unknown until verified again
+        ++w.reverifications;
+        w.down_until = {};
+        LOG_CAPPED(LogLevel::error, "worker %s: %s; verifying it again before it computes anything", w.cfg->endpoint.c_str(),
+                   why.message().c_str());
+        return;
+    }
+    w.backoff_ms = w.backoff_ms == 0 ? 1000 : std::min(w.backoff_ms * 2, 30000);
+    w.down_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.backoff_ms);
     if (!w.logged_down) {
         const bool here = cfg_.dispatch.on_worker_error == WorkerErrorPolicy::local;
         LOG_ERROR("worker %s failed: %s; %s, probing it again after %d ms (back-off doubling to 30 s)", w.cfg->endpoint.c_str(),
                   why.message().c_str(), here ? "computing its part here" : "on_worker_error = \"abort\"", w.backoff_ms);
         w.logged_down = true;
     }
+}
+
+void Dispatcher::forget_plans(const std::vector<uint64_t> & plans) {
+    for (Worker & w : workers_)
+        for (uint64_t p : plans) {
+            w.plans_ok.erase(p);
+            w.plans_refused.erase(p);
+        }
 }
 
 static double percentile(std::vector<float> v, double p) {
@@ -186,8 +236,14 @@ nlohmann::json Dispatcher::stats_json() const {
         nlohmann::json j = {{"endpoint", w.cfg->endpoint}, {"refused", w.refused}, {"fallbacks", w.fallbacks_unlinked},
                             {"failures", w.failures}, {"last_failure", w.last_failure}};
         if (w.identity.is_object())
-            j["identity"] = {{"cpu_variant", w.identity.value("cpu_variant", "")}, {"experts", w.identity.value("experts", "")},
-                             {"ggml_commit", w.identity.value("ggml_commit", "")}};
+            j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
+                             {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
+        j["reverifications"] = w.reverifications;
+        if (!w.plans_refused.empty()) {
+            nlohmann::json lr = nlohmann::json::object();
+            for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;
+            j["plans_refused"] = lr;  // plan id -> why (the message names the layer)
+        }
         if (w.link) {
             const WorkerStats & s = w.link->stats();
             j.update({{"requests", s.requests}, {"rows", s.rows}, {"slots", s.pairs}, {"bytes_out", s.bytes_out},
@@ -197,7 +253,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
-                      {"reconnects", s.reconnects}});
+                      {"reconnects", s.reconnects}, {"foreign_instance_replies", s.foreign_instance}});
         }
         arr.push_back(j);
     }

@@ -5,7 +5,11 @@
 // appear at the first call (a process that never computes a MoE graph never opens a socket).
 // A worker is used only after its hello_ok matched this host: same ggml commit, same CPU variant
 // and build-id (the condition for bit-identical kernels), the experts it must serve, and, per layer
-// at first use, the same expert tensors (name, type, shape) and expert content digests.
+// at first use in a model epoch, the same expert tensors (name, type, shape) and expert content
+// digests. The verification is bound to the worker's process instance (hello_ok and every reply
+// header carry it): a reply from another instance means the worker restarted or was replaced, and
+// the whole verification starts again before it gets any compute. A new model epoch (the engine
+// freed the weights the plan was made for) clears every per-layer verification.
 // A worker that fails is marked down and probed again after a back-off (1 s, doubling to 30 s);
 // meanwhile its work is computed here (policy "local") or the compute fails (policy "abort").
 #pragma once
@@ -22,6 +26,7 @@
 #include <chrono>
 #include <sched.h>
 #include <memory>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,12 +45,17 @@ public:
     ~Dispatcher();
 
     size_t n_workers() const { return workers_.size(); }
-    /// True when worker w may take work for region r now (connects, says hello and checks the
-    /// layer the first time; false while the worker is down or refused).
+    /// True when worker w may take work for region r now (connects, says hello, and checks the
+    /// region's weights — its plan — the first time; false while the worker is down or refused).
     bool usable(size_t w, const MoeRegion & r);
     WorkerLink & link(size_t w) { return *workers_[w].link; }
-    /// Marks worker w down after a failed request (logs the reason once per failure streak).
+    /// Marks worker w down after a failed request (logs the reason once per failure streak). A
+    /// reply from another worker instance (Status::Code::mismatch from WorkerLink::recv) is not a
+    /// down worker: it is verified again from hello at its next use, without back-off.
     void mark_failed(size_t w, const Status & why);
+    /// The engine freed the weights of these plans: what was checked or refused for them is dropped
+    /// (weights seen later get new plans, checked again by content before any worker computes them).
+    void forget_plans(const std::vector<uint64_t> & plans);
     uint64_t next_request_id() { return ++request_id_; }
     /// Called once the requests of a call are queued, before this host computes its own part:
     /// gives the CPU to ZeroMQ's I/O thread so it puts them on the wire now. When the engine's
@@ -75,9 +85,12 @@ private:
         const WorkerConfig * cfg = nullptr;
         std::unique_ptr<WorkerLink> link;
         bool said_hello = false;
-        std::string refused;                 // non-empty: identity mismatch, never used
+        std::string refused;                 // non-empty: engine identity mismatch, never used
         nlohmann::json identity;             // the worker's hello_ok
-        std::set<int> layers_ok;             // layers whose tensors and digests were checked
+        uint64_t instance = 0;               // its process instance, from hello_ok
+        std::set<uint64_t> plans_ok;         // plans (MoeRegion::plan_id) whose tensors and digests were checked (this instance)
+        std::map<uint64_t, std::string> plans_refused;  // plan -> why the worker may not serve those weights
+        uint64_t reverifications = 0;        // hellos after a reply from another instance
         std::chrono::steady_clock::time_point down_until{};
         int backoff_ms = 0;
         bool logged_down = false;

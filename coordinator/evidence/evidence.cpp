@@ -2,6 +2,7 @@
 
 #include "preload/engine_pin.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -9,20 +10,28 @@
 
 namespace moezip {
 
-std::string hex64(uint64_t v) {
-    char buf[17];
-    snprintf(buf, sizeof buf, "%016llx", (unsigned long long) v);
-    return buf;
-}
-
-void Evidence::add_logits(const float * data, int64_t n_vocab, int64_t rows) {
+void Evidence::add_logits(const float * data, int64_t n_vocab, int64_t rows, const void * sched) {
     LogitsRecord r;
-    r.index = logits.size();
+    r.index = logits_total++;
     r.n_vocab = n_vocab;
     r.rows = rows;
     r.xxh3 = XXH3_64bits(data, (size_t) (n_vocab * rows) * sizeof(float));
     logits_chain = XXH3_64bits_withSeed(&r.xxh3, sizeof r.xxh3, logits_chain);
-    logits.push_back(r);
+    auto it = stream_of.find(sched);
+    if (it == stream_of.end()) it = stream_of.emplace(sched, streams.size() + 1).first;
+    LogitsStream & st = streams[it->second];
+    st.id = it->second;
+    ++st.count;
+    st.chain = XXH3_64bits_withSeed(&r.xxh3, sizeof r.xxh3, st.chain);
+    r.stream = st.id;
+    if (logits.size() < kLogitsKept) logits.push_back(r);
+}
+
+void Evidence::end_stream(const void * sched) {
+    auto it = stream_of.find(sched);
+    if (it == stream_of.end()) return;
+    streams[it->second].ended = true;
+    stream_of.erase(it);
 }
 
 void Evidence::add_error(const std::string & message) {
@@ -32,7 +41,17 @@ void Evidence::add_error(const std::string & message) {
 
 static nlohmann::json weight_json(const WeightInfo & w) {
     return {{"name", w.name}, {"type", w.type}, {"buffer_type", w.buffer_type},
-            {"ne", {w.ne[0], w.ne[1], w.ne[2]}}, {"repacked", w.repacked}};
+            {"ne", {w.ne[0], w.ne[1], w.ne[2]}}, {"repacked", w.repacked}, {"canary", hex64(w.canary)}};
+}
+
+static nlohmann::json provider_entry_json(const ProviderEntry & e) {
+    nlohmann::json x = {{"il", e.il}, {"plan", e.plan_id}, {"dispatchable", e.dispatchable}, {"pattern", e.pattern},
+                        {"patterns", e.patterns}, {"n_embd", e.n_embd}, {"n_ff", e.n_ff}, {"n_expert", e.n_expert},
+                        {"n_used", e.n_used}, {"identity", hex64(e.identity)},
+                        {"weights", {weight_json(e.gate), weight_json(e.up), weight_json(e.down)}}};
+    if (!e.dispatchable) x["reason"] = e.reason;
+    if (!e.retired.empty()) x["retired"] = e.retired;
+    return x;
 }
 
 nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
@@ -46,17 +65,16 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                    {"cpu_variant", ev.variant.name}, {"cpu_variant_path", ev.variant.path},
                    {"cpu_build_id", ev.variant.build_id}};
     j["config"] = {{"path", ev.config_path}, {"mode", ev.mode}, {"digest", hex64(ev.config_digest)}};
+    // every plan of the run in the order made: retired ones (the first kRetiredKept) with why they ended
     json pm = json::array();
-    for (const auto & kv : ev.provider_map) {
-        const ProviderEntry & e = kv.second;
-        json x = {{"il", e.il}, {"dispatchable", e.dispatchable}, {"pattern", e.pattern},
-                  {"n_embd", e.n_embd}, {"n_ff", e.n_ff}, {"n_expert", e.n_expert}, {"n_used", e.n_used},
-                  {"identity", hex64(e.identity)},
-                  {"weights", {weight_json(e.gate), weight_json(e.up), weight_json(e.down)}}};
-        if (!e.dispatchable) x["reason"] = e.reason;
-        pm.push_back(x);
-    }
+    for (const ProviderEntry & e : ev.retired_plans) pm.push_back(provider_entry_json(e));
+    for (const auto & kv : ev.provider_map) pm.push_back(provider_entry_json(kv.second));
+    std::stable_sort(pm.begin(), pm.end(), [](const json & a, const json & b) { return a["plan"].get<uint64_t>() < b["plan"].get<uint64_t>(); });
     j["provider_map"] = pm;
+    json epochs = json::array();
+    for (const EpochEvent & e : ev.epochs) epochs.push_back({{"graph", e.graph}, {"why", e.why}, {"plans", e.plans}});
+    j["plans"] = {{"made", ev.plans_made}, {"current", ev.provider_map.size()}, {"retired", ev.plans_retired},
+                  {"model_epochs", ev.epochs_total}, {"epoch_events", epochs}};
     json layers = json::array();
     for (const auto & kv : ev.layers) {
         const LayerCounters & c = kv.second;
@@ -72,9 +90,14 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
     j["graphs"] = {{"cpu_computes", ev.graphs}, {"with_moe", ev.moe_graphs}, {"scheduled", ev.sched_graphs}};
     json lg = json::array();
     for (const LogitsRecord & r : ev.logits)
-        lg.push_back({{"index", r.index}, {"n_vocab", r.n_vocab}, {"rows", r.rows}, {"xxh3", hex64(r.xxh3)}});
-    j["logits"] = {{"count", ev.logits.size()}, {"chain_xxh3", hex64(ev.logits_chain)}, {"graphs", lg}};
+        lg.push_back({{"index", r.index}, {"stream", r.stream}, {"n_vocab", r.n_vocab}, {"rows", r.rows}, {"xxh3", hex64(r.xxh3)}});
+    json streams = json::array();
+    for (const auto & kv : ev.streams)
+        streams.push_back({{"id", kv.second.id}, {"count", kv.second.count}, {"chain_xxh3", hex64(kv.second.chain)}, {"ended", kv.second.ended}});
+    j["logits"] = {{"count", ev.logits_total}, {"listed", ev.logits.size()}, {"chain_xxh3", hex64(ev.logits_chain)},
+                   {"streams", streams}, {"graphs", lg}};
     j["workers"] = ev.workers;
+    j["hook_bindings"] = ev.hook_bindings;
     j["errors"] = {{"count", ev.errors_total}, {"first", ev.errors}};
     return j;
 }

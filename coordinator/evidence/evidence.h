@@ -5,6 +5,7 @@
 // and the XXH3-64 of every graph's logits output (`result_output`) with a rolling chain hash.
 #pragma once
 
+#include "coordinator/base/hex.h"
 #include "coordinator/base/status.h"
 #include "provider_map/provider_map.h"
 
@@ -34,9 +35,27 @@ struct LayerCounters {
 /// One logits output.
 struct LogitsRecord {
     uint64_t index = 0;   ///< graph ordinal among graphs that produced logits
+    uint64_t stream = 0;  ///< the logits stream (one per engine context, i.e. per ggml_backend_sched), 1, 2, ...
     int64_t n_vocab = 0;
     int64_t rows = 0;     ///< logits rows in the output (tokens whose logits were requested)
     uint64_t xxh3 = 0;    ///< XXH3-64 of the rows*n_vocab f32 values
+};
+
+/// The logits of one engine context (one ggml_backend_sched), in the order it computed them. Two
+/// contexts decoding at once interleave their graphs in any order; each stream's own sequence does
+/// not depend on that, so runs are compared stream by stream (moezip-report compare).
+struct LogitsStream {
+    uint64_t id = 0;
+    uint64_t count = 0;
+    uint64_t chain = 0;   ///< chain = XXH3_64(xxh3_i, seed = chain) over this stream's outputs
+    bool ended = false;   ///< its scheduler was freed (the context is gone)
+};
+
+/// A model epoch boundary: plans retired because the engine freed (or changed) their weights.
+struct EpochEvent {
+    uint64_t graph = 0;   ///< CPU graph computes seen before the event
+    std::string why;
+    std::vector<uint64_t> plans;  ///< plan ids retired
 };
 
 /// Everything a run records. Owned by the session; guarded by its mutex.
@@ -45,20 +64,36 @@ struct Evidence {
     BackendVariant variant;
     std::string config_path, mode;
     uint64_t config_digest = 0;
-    std::map<int, ProviderEntry> provider_map;
+    std::map<uint64_t, ProviderEntry> provider_map;  ///< current plans by plan_id
+    static constexpr size_t kRetiredKept = 1024;
+    std::vector<ProviderEntry> retired_plans;        ///< plans of earlier model epochs (the first kRetiredKept)
+    uint64_t plans_made = 0, plans_retired = 0;
+    std::vector<EpochEvent> epochs;                  ///< model epoch boundaries (first 64 kept)
+    uint64_t epochs_total = 0;
     std::map<int, LayerCounters> layers;
     uint64_t graphs = 0;            ///< CPU graph computes seen
     uint64_t moe_graphs = 0;        ///< of which with at least one MoE region
     uint64_t sched_graphs = 0;      ///< graphs the engine's scheduler computed
     uint64_t identity_passed = 0, identity_failed = 0;
     uint64_t regions_handled = 0, regions_passthrough = 0;
+    /// The first kLogitsKept outputs are listed one by one; every output is counted and chained.
+    static constexpr size_t kLogitsKept = 100000;
     std::vector<LogitsRecord> logits;
+    uint64_t logits_total = 0;
     uint64_t logits_chain = 0;      ///< chain = XXH3_64(xxh3_i, seed = chain) over all outputs
+    std::map<uint64_t, LogitsStream> streams;        ///< by stream id
+    std::map<const void *, uint64_t> stream_of;      ///< live scheduler -> its stream id
     std::vector<std::string> errors;  ///< first errors, capped
     nlohmann::json workers = nlohmann::json::array();  ///< filled by the dispatcher
+    /// where each engine call moezip interposes is bound ("moezip", "not bound yet", "bypassed: ..."),
+    /// filled at exit (preload/import_binding.h)
+    nlohmann::json hook_bindings = nlohmann::json::object();
 
-    /// Adds one logits output to the list and the chain.
-    void add_logits(const float * data, int64_t n_vocab, int64_t rows);
+    /// Adds one logits output to the list, the chain and the stream of `sched` (the engine context's
+    /// scheduler that computed it; nullptr when unknown: one shared stream).
+    void add_logits(const float * data, int64_t n_vocab, int64_t rows, const void * sched = nullptr);
+    /// The scheduler was freed: its stream ends; a new scheduler at the same address starts another.
+    void end_stream(const void * sched);
     /// Records an error message (the first 50 are kept; all are counted).
     void add_error(const std::string & message);
     uint64_t errors_total = 0;
@@ -68,7 +103,5 @@ struct Evidence {
 nlohmann::json evidence_to_json(const Evidence & ev, bool complete);
 /// Writes JSON to path atomically (tmp file + rename). Errors: io_error naming the path.
 Status report_write_atomic(const std::string & path, const nlohmann::json & j);
-/// 16 lowercase hex digits.
-std::string hex64(uint64_t v);
 
 } // namespace moezip

@@ -38,6 +38,7 @@ public:
     void shutdown() override { disp_.shutdown(); }
     nlohmann::json workers_json() const override;
     std::vector<std::string> take_errors() override { return disp_.take_errors(); }
+    void forget_plans(const std::vector<uint64_t> & plans) override { disp_.forget_plans(plans); }
 
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
@@ -95,19 +96,20 @@ public:
     /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
     /// "not_released"}.
     nlohmann::json memory_json() const override;
+    void forget_plans(const std::vector<uint64_t> & plans) override;
 
 private:
     struct Part;  // one worker's request of one call
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts);
-    /// Once per (layer, worker), after worker w served layer r.il: drop this host's pages of the
-    /// experts w owns in that layer (coordinator/modes/weight_release.h).
+    /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages
+    /// of the experts w owns in that layer (coordinator/modes/weight_release.h).
     void release_unowned(const MoeRegion & r, size_t w);
     std::vector<int> owners_;
     uint64_t partial_calls_ = 0;
     std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;
-    std::set<std::pair<int, size_t>> released_;  // (layer, worker) pairs already handled
+    std::set<std::pair<uint64_t, size_t>> released_;  // (plan, worker) pairs already handled
     uint64_t advised_bytes_ = 0, released_parts_ = 0;  // bytes given to madvise (resident or not); (layer, worker) pairs
     uint64_t rss_dropped_bytes_ = 0;                    // VmRSS decrease measured across those madvise calls
     std::string not_released_;                    // why memory was kept (first reason)

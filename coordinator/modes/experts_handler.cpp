@@ -119,7 +119,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
                 p.done = true;
-                if (!released_.count({r.il, w})) release_unowned(r, w);
+                if (!released_.count({r.plan_id, w})) release_unowned(r, w);
                 link.stats().rows += p.rows.size();
                 link.stats().pairs += p.pairs.size();
                 c.remote_rows += p.rows.size();
@@ -138,7 +138,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
         st = compute_pairs_here(r, p.pairs);
         if (!st) return st;
-        released_.erase({r.il, w});  // the fallback faulted them back in: drop them again when w serves again
+        released_.erase({r.plan_id, w});  // the fallback faulted them back in: drop them again when w serves again
         disp_.count_fallback(w);
         c.fallbacks += 1;
         c.local_slots += p.pairs.size();
@@ -181,7 +181,7 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
 }
 
 void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
-    released_.insert({r.il, w});
+    released_.insert({r.plan_id, w});
     if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
     not_released_ = config_why_experts_resident(cfg_);
     if (!not_released_.empty()) {
@@ -204,6 +204,12 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     ++released_parts_;
     const int64_t rss_after = proc_status_kib("VmRSS");
     if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
+}
+
+void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
+    DispatchHandler::forget_plans(plans);
+    for (uint64_t p : plans)
+        for (auto it = released_.lower_bound({p, 0}); it != released_.end() && it->first == p;) it = released_.erase(it);
 }
 
 nlohmann::json ExpertsHandler::memory_json() const {

@@ -32,7 +32,8 @@ bool memory_overlaps(const void * a, size_t na, const void * b, size_t nb) {
 }
 
 bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_overlap) {
-    const int64_t n = r.n_tokens, k = r.n_used, ff = r.n_ff, E = r.n_embd;
+    // the nodes' shapes have every routed slot (n_used_ids); any n_used <= n_used_ids of them fit
+    const int64_t n = r.n_tokens, k = r.n_used_ids, ff = r.n_ff, E = r.n_embd;
     if (!dense_f32(r.up, ff, k, n) || !dense_f32(r.gate, ff, k, n) || !dense_f32(r.act, ff, k, n) || !dense_f32(r.down, E, k, n) ||
         !dense_f32(r.weighted, E, k, n) || r.out == nullptr || r.out->data == nullptr)
         return false;

@@ -31,10 +31,14 @@ public:
     virtual std::vector<std::string> take_errors() { return {}; }
     /// What the handler did with this host's memory, for the report's `memory` section.
     virtual nlohmann::json memory_json() const { return nlohmann::json::object(); }
+    /// The engine freed the weights of these plans (MoeRegion::plan_id): whatever was verified or
+    /// released for them must not carry over to the weights that come next.
+    virtual void forget_plans(const std::vector<uint64_t> & plans) { (void) plans; }
 };
 
 /// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights
-/// [n_used, n_tokens] f32, element (s, t) at t*n_used + s. The engine's ids are a strided view of
+/// [n_used, n_tokens] f32, element (s, t) at t*n_used + s: the first n_used of each row's
+/// n_used_ids routed slots (all of them except in a warmup graph). The engine's ids are a strided view of
 /// the argsort result (ggml_argsort_top_k), so they are read through nb[].
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights);
 

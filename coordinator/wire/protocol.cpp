@@ -1,5 +1,6 @@
 #include "coordinator/wire/protocol.h"
 
+#include <cstdio>
 #include <cstring>
 #include <xxhash.h>
 
@@ -25,7 +26,7 @@ void msg_header_set_frame(MsgHeader & h, int i, WireType dtype, const void * dat
 Status msg_header_parse(const void * data, size_t bytes, MsgHeader & out, ErrorCode & code) {
     if (bytes != sizeof(MsgHeader)) {
         code = ErrorCode::bad_frames;
-        return Status::corruption("header frame is " + std::to_string(bytes) + " bytes, expected 128");
+        return Status::corruption("header frame is " + std::to_string(bytes) + " bytes, expected " + std::to_string(sizeof(MsgHeader)));
     }
     memcpy(&out, data, sizeof out);  // the host is little-endian x86-64, as the wire
     if (out.magic != kProtocolMagic) {
@@ -69,6 +70,16 @@ Status msg_frames_verify(const MsgHeader & h, int n, const void * const * frames
     return Status::ok();
 }
 
+Status msg_decode(int n_parts, const void * const * parts, const size_t * sizes, MsgHeader & h, ErrorCode & code) {
+    if (n_parts < 1) {
+        code = ErrorCode::bad_frames;
+        return Status::corruption("empty message");
+    }
+    Status st = msg_header_parse(parts[0], sizes[0], h, code);
+    if (!st) return st;
+    return msg_frames_verify(h, n_parts - 1, parts + 1, sizes + 1, code);
+}
+
 const char * msg_kind_name(uint16_t kind) {
     switch (static_cast<MsgKind>(kind)) {
         case MsgKind::hello: return "hello";
@@ -94,6 +105,7 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::bad_expert: return "bad_expert";
         case ErrorCode::bad_layer: return "bad_layer";
         case ErrorCode::compute_failed: return "compute_failed";
+        case ErrorCode::bad_instance: return "bad_instance";
     }
     return "unknown";
 }

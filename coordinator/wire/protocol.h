@@ -1,13 +1,14 @@
-// moezip wire protocol v1 (byte layout and rules: docs/protocol.md).
+// moezip wire protocol v2 (byte layout and rules: docs/protocol.md).
 //
 // Transport: ZeroMQ, coordinator DEALER -> worker ROUTER. Every message is multipart:
-//   frame 0: MsgHeader (128 bytes, little-endian, fixed layout pinned by static_asserts)
+//   frame 0: MsgHeader (136 bytes, little-endian, fixed layout pinned by static_asserts)
 //   frames 1..n_frames: data frames whose byte counts and XXH3-64 hashes the header carries.
 // The receiver recomputes every hash and rejects a message whose header or frames disagree.
 //
 // Kinds and their data frames:
-//   hello       coord -> worker  [0] JSON: {"protocol":1, "ggml_commit", "cpu_variant", "cpu_build_id"}
-//   hello_ok    worker -> coord  [0] JSON: the worker's identity (engine, model layers, experts served)
+//   hello       coord -> worker  [0] JSON: {"protocol":2, "ggml_commit", "cpu_variant", "cpu_build_id"}
+//   hello_ok    worker -> coord  [0] JSON: the worker's identity (engine, model layers, experts served,
+//                                the process instance also carried by every reply header)
 //   compute     coord -> worker  [0] hidden  f32 [n_embd, n_rows]
 //                                [1] ids     i32 [n_used, n_rows]  (-1 = slot not for this worker)
 //                                [2] weights f32 [n_used, n_rows]
@@ -19,6 +20,7 @@
 //   ping/pong   liveness, no frames
 #pragma once
 
+#include "coordinator/base/hex.h"
 #include "coordinator/base/status.h"
 
 #include <cstddef>
@@ -28,7 +30,9 @@
 namespace moezip {
 
 constexpr uint32_t kProtocolMagic = 0x505a454du;  // "MEZP" as little-endian bytes 'M','E','Z','P'
-constexpr uint16_t kProtocolVersion = 1;
+/// v2: the header grew an `instance` field (136 bytes), and a worker refuses a compute request
+/// addressed to another instance (bad_instance). v1 peers are refused by version.
+constexpr uint16_t kProtocolVersion = 2;
 constexpr int kMaxDataFrames = 4;
 /// Upper bounds a worker enforces before allocating anything (oversized counts are errors).
 constexpr int32_t kMaxRows = 1 << 20;
@@ -52,9 +56,10 @@ enum class ErrorCode : int32_t {
     bad_expert = 7,       ///< expert id out of range or not served by this worker
     bad_layer = 8,        ///< layer not in the model or not a MoE layer
     compute_failed = 9,   ///< ggml compute failed
+    bad_instance = 10,    ///< compute addressed to another worker instance (the worker restarted or was replaced)
 };
 
-/// Frame 0 of every message. 128 bytes, little-endian, no implicit padding.
+/// Frame 0 of every message. 136 bytes, little-endian, no implicit padding.
 struct MsgHeader {
     uint32_t magic;              ///< kProtocolMagic
     uint16_t version;            ///< kProtocolVersion
@@ -77,13 +82,19 @@ struct MsgHeader {
                                  ///< and queueing. (Was `reserved`, always 0: older peers read 0.)
     uint64_t frame_bytes[kMaxDataFrames];  ///< byte count of each data frame
     uint64_t frame_xxh3[kMaxDataFrames];   ///< XXH3-64 of each data frame
+    /// The worker process instance: a random non-zero 64-bit value a worker picks when it starts.
+    /// Every reply carries the worker's own; a compute request carries the instance the coordinator
+    /// verified (hello and per-layer checks), and a worker refuses one addressed to another instance.
+    /// 0 in hello and ping (not addressed to an instance yet).
+    uint64_t instance;
 };
-static_assert(sizeof(MsgHeader) == 128, "MsgHeader is 128 bytes on the wire");
+static_assert(sizeof(MsgHeader) == 136, "MsgHeader is 136 bytes on the wire");
 static_assert(offsetof(MsgHeader, request_id) == 8, "wire layout");
 static_assert(offsetof(MsgHeader, reply) == 48, "wire layout");
 static_assert(offsetof(MsgHeader, service_us) == 60, "wire layout");
 static_assert(offsetof(MsgHeader, frame_bytes) == 64, "wire layout");
 static_assert(offsetof(MsgHeader, frame_xxh3) == 96, "wire layout");
+static_assert(offsetof(MsgHeader, instance) == 128, "wire layout");
 
 /// A header with magic, version and kind set, everything else zero.
 MsgHeader msg_header_make(MsgKind kind);
@@ -98,6 +109,11 @@ Status msg_header_parse(const void * data, size_t bytes, MsgHeader & out, ErrorC
 /// Checks that `n` data frames were received with the sizes and hashes the header announces.
 /// `frames[i]`/`sizes[i]` are the received frames. Errors: bad_frames or bad_hash in `code`.
 Status msg_frames_verify(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, ErrorCode & code);
+
+/// Decodes one received message given as its parts (part 0 the header, then the data frames;
+/// a ROUTER's identity frame already removed): msg_header_parse, then msg_frames_verify. Pure: reads
+/// only the given bytes, allocates nothing. `n_parts` may be 0. Errors as those two, with `code`.
+Status msg_decode(int n_parts, const void * const * parts, const size_t * sizes, MsgHeader & h, ErrorCode & code);
 
 const char * msg_kind_name(uint16_t kind);
 const char * error_code_name(ErrorCode code);

@@ -1,13 +1,56 @@
 #include "coordinator/wire/transport.h"
 
+#include "coordinator/wire/endpoint_probe.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace moezip {
 
 namespace {
-// zmq frees nothing: the frames point at buffers the dispatcher owns and keeps alive.
-void no_free(void *, void *) {}
+
+std::atomic<bool> g_stopping{false};
+
+// The longest one poll may block: a wait re-checks g_stopping at least this often.
+constexpr int kPollSliceMs = 50;
+
+// Polls one socket for `events` until `deadline`; EINTR (a signal the host handles) resumes the
+// wait. Returns the revents seen (0 at the deadline or when the process is exiting).
+short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+        if (g_stopping.load(std::memory_order_relaxed)) return 0;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        if (left.count() > kPollSliceMs) left = std::chrono::milliseconds(kPollSliceMs);
+        zmq::pollitem_t item = {sock.handle(), 0, events, 0};
+        try {
+            zmq::poll(&item, 1, left);
+        } catch (const zmq::error_t & e) {
+            if (e.num() == EINTR) continue;
+            throw;
+        }
+        if (item.revents & events) return item.revents;
+        if (std::chrono::steady_clock::now() >= deadline) return 0;
+    }
+}
+
+// One part of a message, sent without blocking; a signal's EINTR sends it again (nothing was queued).
+zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::send_flags flags) {
+    for (;;) {
+        try {
+            return sock.send(part, flags | zmq::send_flags::dontwait);
+        } catch (const zmq::error_t & e) {
+            if (e.num() != EINTR) throw;
+        }
+    }
+}
+
 } // namespace
+
+void transport_stop_waiting() { g_stopping.store(true); }
+bool transport_stopping() { return g_stopping.load(std::memory_order_relaxed); }
 
 WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_ms)
     : ctx_(ctx), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
@@ -33,28 +76,31 @@ void WorkerLink::reset() {
 
 Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, FrameRef>> & frames, bool corrupt_after_hash) {
     h.n_frames = 0;
+    h.instance = instance_;
     for (size_t i = 0; i < frames.size(); ++i)
         msg_header_set_frame(h, (int) i, frames[i].first, frames[i].second.data, frames[i].second.bytes);
-    if (corrupt_after_hash && !frames.empty() && frames[0].second.bytes > 0)
-        const_cast<uint8_t *>(static_cast<const uint8_t *>(frames[0].second.data))[0] ^= 0x5a;
     sent_at_ = std::chrono::steady_clock::now();
     try {
+        // Copies, made before anything is queued: ZeroMQ owns what it sends (see the file comment).
+        std::vector<zmq::message_t> parts;
+        parts.reserve(frames.size() + 1);
+        parts.emplace_back(&h, sizeof h);
+        for (const auto & f : frames) parts.emplace_back(f.second.data, f.second.bytes);
+        if (corrupt_after_hash && parts.size() > 1 && parts[1].size() > 0) static_cast<uint8_t *>(parts[1].data())[0] ^= 0x5a;
         // With ZMQ_IMMEDIATE a DEALER accepts messages only once connected: wait for that, bounded.
-        zmq::pollitem_t out_item = {sock_->handle(), 0, ZMQ_POLLOUT, 0};
-        zmq::poll(&out_item, 1, std::chrono::milliseconds(timeout_ms_));
-        if (!(out_item.revents & ZMQ_POLLOUT)) {
+        if (!(poll_until(*sock_, ZMQ_POLLOUT, sent_at_ + std::chrono::milliseconds(timeout_ms_)) & ZMQ_POLLOUT)) {
+            if (g_stopping) return Status::io_error(endpoint_ + ": not sent, the process is exiting");
             ++stats_.timeouts;
-            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms");
+            const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
+            return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
+                                   (cause.empty() ? " (it accepts connections but did not complete ZeroMQ's handshake)" : ": " + cause));
         }
-        zmq::message_t head(&h, sizeof h);  // copied: the header is a local
-        auto more = frames.empty() ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
-        if (!sock_->send(head, more)) return Status::io_error(endpoint_ + ": send queue full (worker not connected?)");
-        uint64_t bytes = sizeof h;
-        for (size_t i = 0; i < frames.size(); ++i) {
-            zmq::message_t m(const_cast<void *>(frames[i].second.data), frames[i].second.bytes, no_free, nullptr);
-            auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-            sock_->send(m, flags | zmq::send_flags::dontwait);
-            bytes += frames[i].second.bytes;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+            bytes += parts[i].size();
+            auto flags = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+            if (!send_part(*sock_, parts[i], flags))
+                return Status::io_error(endpoint_ + ": send queue full (worker not connected?)");
         }
         ++stats_.requests;
         stats_.bytes_out += bytes;
@@ -68,46 +114,50 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
     const auto deadline = sent_at_ + std::chrono::milliseconds(timeout_ms_);
     try {
         for (;;) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-            if (left.count() < 0) left = std::chrono::milliseconds(0);
-            zmq::pollitem_t item = {sock_->handle(), 0, ZMQ_POLLIN, 0};
-            zmq::poll(&item, 1, left);
-            if (!(item.revents & ZMQ_POLLIN)) {
+            if (!(poll_until(*sock_, ZMQ_POLLIN, deadline) & ZMQ_POLLIN)) {
+                if (g_stopping) return Status::io_error(endpoint_ + ": no reply taken, the process is exiting");
                 ++stats_.timeouts;
                 return Status::timeout(endpoint_ + ": no reply within " + std::to_string(timeout_ms_) + " ms");
             }
             std::vector<zmq::message_t> parts;
             for (;;) {
                 zmq::message_t m;
-                if (!sock_->recv(m, zmq::recv_flags::none)) break;
+                zmq::recv_result_t got;
+                try {
+                    got = sock_->recv(m, zmq::recv_flags::none);
+                } catch (const zmq::error_t & e) {
+                    if (e.num() == EINTR) continue;  // a signal: the message is still there
+                    throw;
+                }
+                if (!got) break;
                 bool more = m.more();
                 parts.push_back(std::move(m));
                 if (!more) break;
             }
-            uint64_t bytes = 0;
-            for (auto & p : parts) bytes += p.size();
-            stats_.bytes_in += bytes;
+            std::vector<const void *> ptrs;
+            std::vector<size_t> sizes;
+            for (auto & p : parts) {
+                ptrs.push_back(p.data());
+                sizes.push_back(p.size());
+                stats_.bytes_in += p.size();
+            }
             ErrorCode code;
-            if (parts.empty() || !msg_header_parse(parts[0].data(), parts[0].size(), h, code)) {
-                ++stats_.errors;
-                return Status::corruption(endpoint_ + ": malformed reply header");
+            Status st = msg_decode((int) parts.size(), ptrs.data(), sizes.data(), h, code);
+            if (!st) {
+                if (code == ErrorCode::bad_hash) ++stats_.hash_failed; else ++stats_.errors;
+                return Status::corruption(endpoint_ + ": reply " + st.message());
             }
             if (h.request_id != request_id) {
                 ++stats_.stale;  // a reply to a request we gave up on
                 continue;
             }
-            std::vector<const void *> ptrs;
-            std::vector<size_t> sizes;
-            for (size_t i = 1; i < parts.size(); ++i) {
-                ptrs.push_back(parts[i].data());
-                sizes.push_back(parts[i].size());
+            if (instance_ != 0 && h.instance != instance_) {
+                ++stats_.foreign_instance;
+                return Status::mismatch(endpoint_ + ": reply from worker instance " + hex64(h.instance) +
+                                        ", but instance " + hex64(instance_) +
+                                        " was verified (the worker restarted or was replaced): discarded");
             }
-            Status st = msg_frames_verify(h, (int) ptrs.size(), ptrs.data(), sizes.data(), code);
-            if (!st) {
-                if (code == ErrorCode::bad_hash) ++stats_.hash_failed; else ++stats_.errors;
-                return Status::corruption(endpoint_ + ": reply " + st.message());
-            }
-            stats_.hash_ok += ptrs.size();
+            stats_.hash_ok += parts.size() - 1;
             const float rtt = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - sent_at_).count();
             if (stats_.rtt_ms.size() < 1000000) stats_.rtt_ms.push_back(rtt);
             if (h.kind == static_cast<uint16_t>(MsgKind::result)) {

@@ -2,6 +2,10 @@
 // Lazy Pirate recovery of the zguide: poll with a deadline, and after a timeout or a bad reply close
 // the socket (linger 0, so nothing queued survives) and open a fresh one, so a stale reply can never
 // be taken for a new one. Requests carry ids; replies to other ids are dropped and counted.
+// Requests also carry the worker instance the dispatcher verified; a reply from any other instance
+// (the worker restarted or was replaced behind the same endpoint) is discarded and counted.
+// Frames are copied into ZeroMQ's own messages when sent: after a failed round trip ZeroMQ's I/O
+// thread may still be reading a request while the caller's buffers are gone.
 #pragma once
 
 #include "coordinator/wire/protocol.h"
@@ -26,6 +30,7 @@ struct WorkerStats {
     uint64_t fallbacks = 0;   ///< requests whose work was computed on this host instead
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
+    uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
     std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
@@ -34,7 +39,7 @@ struct WorkerStats {
     double service_ms_total = 0;     ///< sum over all results
 };
 
-/// A buffer to send as one data frame; it must stay valid until the reply arrives or reset().
+/// A buffer to send as one data frame; read (copied) during send() only.
 struct FrameRef {
     const void * data;
     size_t bytes;
@@ -50,15 +55,22 @@ public:
     void set_timeout_ms(int ms) { timeout_ms_ = ms; }
     WorkerStats & stats() { return stats_; }
     const WorkerStats & stats() const { return stats_; }
+    /// The worker instance verified by the dispatcher (0: none yet; only hello may be sent then).
+    void set_instance(uint64_t instance) { instance_ = instance; }
+    uint64_t instance() const { return instance_; }
 
-    /// Sends header + frames (frames zero-copy). Sets the header's frame sizes and hashes first.
+    /// Sends header + frames; the frames' bytes are copied into ZeroMQ messages, so the caller's
+    /// buffers may go away at once. Sets the header's frame sizes, hashes and instance first.
     /// `corrupt_after_hash` flips one byte of frame 0 after hashing (test-only fault switch).
     Status send(MsgHeader & h, const std::vector<std::pair<WireType, FrameRef>> & frames, bool corrupt_after_hash = false);
 
-    /// Waits for the reply to `request_id` until timeout_ms after its send. Verifies the header and
-    /// frame hashes. On success `data` holds data frame 0 (result, error text or hello JSON).
-    /// Errors: timeout; corruption (bad header or hash: counted); io_error (error reply: message
-    /// and code). After any error the caller should reset().
+    /// Waits for the reply to `request_id` until timeout_ms after its send (a signal's EINTR resumes
+    /// the wait). Verifies the header and frame hashes and, once an instance was verified
+    /// (set_instance), that the reply comes from it. On success `data` holds data frame 0 (result, error text or hello
+    /// JSON). Errors: timeout; corruption (bad header or hash: counted); mismatch (a reply from
+    /// another worker instance: counted in foreign_instance, the worker must be verified again);
+    /// io_error (error reply: message and code; or the process is exiting, see
+    /// transport_stop_waiting). After any error the caller should reset().
     Status recv(uint64_t request_id, MsgHeader & h, zmq::message_t & data);
 
     /// Closes the socket (linger 0) and connects a fresh one.
@@ -73,6 +85,13 @@ private:
     std::unique_ptr<zmq::socket_t> sock_;
     std::chrono::steady_clock::time_point sent_at_;
     WorkerStats stats_;
+    uint64_t instance_ = 0;
 };
+
+/// Makes every wait of every WorkerLink in this process return at once (within 50 ms) with
+/// io_error "exiting": called when the host exits, so exit never waits a timeout for a worker.
+void transport_stop_waiting();
+/// True once transport_stop_waiting was called.
+bool transport_stopping();
 
 } // namespace moezip

@@ -46,6 +46,29 @@ std::string describe_difference(const Document & a, const Document & b, size_t i
     return s + side(a, x) + side(b, y);
 }
 
+// Several engine contexts: each stream's (count, chain) must appear in the other run as often; the
+// order in which contexts interleaved their graphs does not matter.
+CompareResult compare_streams(const Document & a, const Document & b) {
+    CompareResult r;
+    auto sorted = [](std::vector<std::pair<uint64_t, uint64_t>> v) { std::sort(v.begin(), v.end()); return v; };
+    const auto sa = sorted(a.streams), sb = sorted(b.streams);
+    if (sa == sb && a.count == b.count) {
+        r.code = exit_equal;
+        r.out = "equal: " + std::to_string(a.count) + " logits outputs in " + std::to_string(sa.size()) +
+                " streams (engine contexts), compared stream by stream\n";
+        return r;
+    }
+    r.code = exit_differ;
+    r.out = "differ: the runs' streams (engine contexts) are not the same sequences\n";
+    for (const Document * d : {&a, &b}) {
+        r.out += "  " + d->path + ":";
+        for (const auto & s : d->streams) r.out += " [" + std::to_string(s.first) + " outputs, chain " + hex16(s.second) + "]";
+        r.out += "\n";
+    }
+    r.out += counts(a, b);
+    return r;
+}
+
 } // namespace
 
 CompareResult compare_documents(const Document & a, const Document & b) {
@@ -60,6 +83,11 @@ CompareResult compare_documents(const Document & a, const Document & b) {
     for (const Document * d : {&a, &b}) {
         if (!d->complete) r.notes += "note: " + d->path + " is not complete (written before its run ended)\n";
         if (!d->chain_matches_entries) r.notes += "note: " + d->path + ": logits.chain_xxh3 does not match its graphs\n";
+    }
+    if (a.streams.size() > 1 || b.streams.size() > 1) {
+        CompareResult s = compare_streams(a, b);
+        s.notes = r.notes + s.notes;
+        return s;
     }
     size_t ia = 0, ib = 0;
     bool differ = first_difference(a, b, ia, ib);

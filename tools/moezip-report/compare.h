@@ -19,6 +19,9 @@ struct CompareResult {
 
 /// Compares a and b (already loaded). Equal: same schema, same count and the same xxh3 at every
 /// index (and, for reports, the same chain) -> exit_equal with "equal: N logits outputs, chain HEX".
+/// Reports with more than one stream (engine contexts decoding at once) are compared stream by
+/// stream, independent of how the contexts' graphs interleaved: equal when both have the same
+/// multiset of (count, chain) streams -> "equal: N logits outputs in S streams ...".
 /// Different -> exit_differ naming the first differing index, both hashes and both counts.
 /// Different schemas -> exit_error: the two sequences mean different things.
 CompareResult compare_documents(const Document & a, const Document & b);

@@ -80,7 +80,20 @@ Status load_report_logits(Document & d) {
         if (e.index >= d.count) return bad(d, at + ".index: " + std::to_string(e.index) + " is not below logits.count " + std::to_string(d.count));
         e.n_vocab = int_or(g, "n_vocab");
         e.rows = int_or(g, "rows");
+        e.stream = g.contains("stream") && g["stream"].is_number_unsigned() ? g["stream"].get<uint64_t>() : 0;
         d.entries.push_back(e);
+    }
+    auto streams = lg.find("streams");
+    if (streams != lg.end()) {
+        if (!streams->is_array()) return bad(d, "logits.streams: expected an array");
+        for (size_t i = 0; i < streams->size(); ++i) {
+            const nlohmann::json & st = (*streams)[i];
+            std::string at = "logits.streams[" + std::to_string(i) + "]";
+            uint64_t chain = 0;
+            if (!st.is_object() || !st.contains("count") || !st["count"].is_number_unsigned()) return bad(d, at + ".count: expected a non-negative integer");
+            if (!st.contains("chain_xxh3") || !parse_hex16(st["chain_xxh3"], chain)) return bad(d, at + ".chain_xxh3: expected 16 hex digits");
+            d.streams.push_back({st["count"].get<uint64_t>(), chain});
+        }
     }
     if (d.entries.size() == d.count) d.chain_matches_entries = logits_chain(d.entries) == d.chain;
     auto complete = d.json.find("complete");

@@ -93,6 +93,7 @@ int main(int argc, char ** argv) {
     moezip::WorkerServerOptions opt;
     opt.bind = s.bind;
     opt.n_threads = s.threads;
+    opt.instance = moezip::worker_instance_new();
     moezip::Status st = moezip::worker_faults_parse(getenv(moezip::kWorkerFaultEnv), opt.faults);
     if (!st) return fail(2, st.message());
 
@@ -111,10 +112,11 @@ int main(int argc, char ** argv) {
     bool served = false;
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
-        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s)\n",
+        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
-               s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str());
+               s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str(),
+               moezip::hex64(opt.instance).c_str());
         fflush(stdout);
     };
     st = moezip::worker_serve(opt, weights, engine, on_ready, counters);

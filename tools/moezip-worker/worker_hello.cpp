@@ -15,7 +15,7 @@ nlohmann::json tensor_json(const GgmlApi & api, const ggml_tensor * t) {
 
 } // namespace
 
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine) {
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance) {
     nlohmann::json layers = nlohmann::json::array();
     for (const WorkerLayer & l : model.layers()) {
         nlohmann::json digests = nlohmann::json::object();
@@ -24,10 +24,12 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                           {"n_embd", l.n_embd},
                           {"n_ff", l.n_ff},
                           {"n_expert", l.n_expert},
-                          {"tensors", {tensor_json(engine.api, l.gate_exps), tensor_json(engine.api, l.up_exps), tensor_json(engine.api, l.down_exps)}},
+                          {"tensors", {tensor_json(engine.api, l.gate_exps), tensor_json(engine.api, l.up_exps),
+                                      tensor_json(engine.api, l.down_exps)}},
                           {"digests", digests}});
     }
     nlohmann::json j = {{"protocol", kProtocolVersion},
+                        {"instance", hex64(instance)},
                         {"ggml_version", engine.ggml_version},
                         {"ggml_commit", engine.ggml_commit},
                         {"cpu_variant", engine.cpu_variant},

@@ -1,5 +1,5 @@
 // moezip-worker: the hello_ok JSON, the worker's identity (coordinator/wire/protocol.h):
-//   {"protocol": 1, "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
+//   {"protocol": 2, "instance": "<16 hex digits>", "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
 //    "experts": "<ranges served>", "n_expert": E,
 //    "layers": [{"il", "n_embd", "n_ff", "n_expert",
 //                "tensors": [{"name", "type", "ne": [a, b, c]} for gate, up, down],
@@ -10,11 +10,12 @@
 #include "tools/moezip-worker/worker_engine.h"
 #include "tools/moezip-worker/worker_model.h"
 
+#include <cstdint>
 #include <string>
 
 namespace moezip {
 
-/// The hello_ok frame's text (compact JSON).
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine);
+/// The hello_ok frame's text (compact JSON). `instance`: this process's instance id.
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance);
 
 } // namespace moezip

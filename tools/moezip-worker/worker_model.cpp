@@ -141,7 +141,7 @@ Status WorkerModel::place_mmap() {
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-            const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
+            const uint64_t off = file_offset_of(t);
             t->data = static_cast<uint8_t *>(base) + off;
             for (const ExpertRange & r : served_) {  // ask the kernel to read the served slices ahead
                 uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
@@ -153,8 +153,12 @@ Status WorkerModel::place_mmap() {
     return Status::ok();
 }
 
+uint64_t WorkerModel::file_offset_of(const ggml_tensor * t) const {
+    return api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
+}
+
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
-    const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
+    const uint64_t off = file_offset_of(t);
     for (const ExpertRange & r : served_) {
         uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
         const uint64_t start = (uint64_t) r.first * t->nb[2];

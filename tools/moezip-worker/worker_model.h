@@ -80,6 +80,8 @@ private:
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
+    /// Byte offset of a tensor's data in the file.
+    uint64_t file_offset_of(const ggml_tensor * t) const;
     void compute_digests();
 
     const GgmlApi * api_ = nullptr;

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <csignal>
 #include <memory>
+#include <sys/random.h>
 #include <unistd.h>
 #include <vector>
 
@@ -31,7 +32,7 @@ class Server {
 public:
     Server(zmq::socket_t & sock, const WorkerServerOptions & opt, const WorkerModel & model, const WorkerEngine & engine,
            WorkerCounters & c)
-        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads), hello_(worker_hello_json(model, engine)), c_(c) {}
+        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads), hello_(worker_hello_json(model, engine, opt.instance)), c_(c) {}
 
     void handle(std::vector<zmq::message_t> & parts);
 
@@ -50,6 +51,7 @@ private:
 };
 
 void Server::send_reply(zmq::message_t & identity, MsgHeader & h, zmq::message_t * data) {
+    h.instance = opt_.instance;  // every reply says which process answered
     c_.bytes_out += sizeof h + (data ? data->size() : 0);
     sock_.send(identity, zmq::send_flags::sndmore);
     sock_.send(zmq::const_buffer(&h, sizeof h), data ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -79,6 +81,10 @@ void Server::handle_compute(zmq::message_t & identity, const MsgHeader & h, int 
         _exit(1);
     }
     ++computes_answered_;
+    if (h.instance != opt_.instance)
+        return send_error(identity, &h, ErrorCode::bad_instance,
+                          "request for worker instance " + hex64(h.instance) + ", this is instance " + hex64(opt_.instance) +
+                              " (restarted or replaced): say hello and verify it first");
     ErrorCode code = ErrorCode::ok;
     Status st = compute_.validate(h, n, frames, sizes, code);
     MsgHeader reply;
@@ -163,6 +169,13 @@ Status serve_loop(zmq::socket_t & sock, Server & server) {
 }
 
 } // namespace
+
+uint64_t worker_instance_new() {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t) sizeof v) v = 0;
+    v ^= (uint64_t) std::chrono::steady_clock::now().time_since_epoch().count() * 0x9e3779b97f4a7c15ull ^ (uint64_t) getpid() << 32;
+    return v != 0 ? v : 1;
+}
 
 void worker_install_signal_handlers() {
     struct sigaction sa = {};

@@ -33,7 +33,13 @@ struct WorkerServerOptions {
     std::string bind;    ///< endpoint to bind
     int n_threads = 1;   ///< compute threads
     WorkerFaults faults; ///< test-only fault switches
+    uint64_t instance = 0;  ///< this process's instance (worker_instance_new), in every reply header and hello_ok
 };
+
+/// A random non-zero 64-bit instance id for this worker process (getrandom; the clock and pid mixed
+/// in if that fails): a restarted worker on the same endpoint is another instance, so a coordinator
+/// never sends it compute before it has been verified again (coordinator/wire/protocol.h).
+uint64_t worker_instance_new();
 
 /// Installs SIGTERM/SIGINT handlers that make worker_serve return.
 void worker_install_signal_handlers();

@@ -1,0 +1,48 @@
+#include "tests/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace moezip_test {
+
+nlohmann::json load_json(const std::string & path) {
+    nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
+    return j;
+}
+
+uint64_t sum_layers(const nlohmann::json & report, const char * key) {
+    uint64_t s = 0;
+    if (!report.contains("layers")) return 0;
+    for (const auto & l : report["layers"]) s += l[key].get<uint64_t>();
+    return s;
+}
+
+bool Cluster::start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
+                           const std::map<std::string, std::string> & env) {
+    std::vector<std::string> args = {"--model", model, "--bind", endpoint, "--threads", "1"};
+    if (!experts.empty()) {
+        args.push_back("--experts");
+        args.push_back(experts);
+    }
+    workers.emplace_back(new WorkerProcess());
+    const bool ok = workers.back()->start(args, dir, env);
+    EXPECT_TRUE(ok) << workers.back()->error();
+    return ok;
+}
+
+std::string write_moezip_config(const std::string & dir, const std::string & name, const std::string & body) {
+    const std::string path = dir + "/" + name + ".toml";
+    std::ofstream(path) << "no_repack = true\nreport = \"" << dir << "/" << name << ".json\"\n" << body;
+    return path;
+}
+
+CommandResult run_preloaded(const std::vector<std::string> & argv, const std::string & config,
+                            std::map<std::string, std::string> env, int timeout_s) {
+    env["LD_PRELOAD"] = preload_env();
+    env["MOEZIP_CONFIG"] = config;
+    return run_command(argv, env, timeout_s);
+}
+
+} // namespace moezip_test

@@ -1,0 +1,254 @@
+// moezip-test-host: a small llama.h host for the scenarios that moezip-run does not express — what
+// servers and bindings do with the engine — so tests can run them under the preload and compare
+// with a run without it. It knows nothing about moezip.
+//
+//   moezip-test-host swap   -m A.gguf -m B.gguf [-m ...] [--no-mmap] [-n N] [--fixture K] --json OUT
+//       load a model, generate, free context and model, load the next (a server swapping models)
+//   moezip-test-host warmup -m A.gguf [-n N] [--fixture K] --json OUT
+//       llama_set_warmup(ctx, true) + one decode (every expert routed, as llama-cli and llama-server
+//       warm up), memory cleared, llama_set_warmup(false), then generate
+//   moezip-test-host parallel -m A.gguf --contexts C [-n N] [--fixture K] --json OUT
+//       C contexts on one model, each generating on its own thread at the same time
+//   moezip-test-host signals -m A.gguf [-n N] [--fixture K] --json OUT
+//       generate while another thread sends SIGUSR1 (handled, no SA_RESTART) to the decoding thread
+//       every 200 us: every blocking call in the decode path sees EINTR
+//   moezip-test-host exit-mid-decode -m A.gguf --after-ms T
+//       a thread generates without end; the main thread calls exit(0) after T ms
+//   moezip-test-host pause -m A.gguf --pause-file P
+//       generate, create P.ready, wait (at most 60 s) until P.go exists, generate again on the same
+//       context: a test can change the world (restart a worker) while the host is idle
+//
+// The JSON: {"runs": [{"model", "context", "tokens": [...], "logits_xxh3": ["16 hex", ...]}]}.
+// Exit 0 when every generation finished, 1 when one failed (the error on stderr), 2 on bad flags.
+#include "tools/moezip-run/engine.h"
+#include "tools/moezip-run/generate.h"
+#include "tools/moezip-run/prompt.h"
+#include "tools/moezip-run/run_options.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <pthread.h>
+#include <thread>
+#include <vector>
+
+using moezip::Status;
+using namespace moezip_run;
+
+namespace {
+
+struct Args {
+    std::string scenario;
+    std::vector<std::string> models;
+    bool no_mmap = false;
+    int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300;
+    std::string json;
+    std::string pause_file;
+};
+
+std::mutex g_out_mu;
+nlohmann::json g_runs = nlohmann::json::array();
+
+int fail(const std::string & what, const Status & st) {
+    fprintf(stderr, "moezip-test-host: error: %s: %s\n", what.c_str(), st.message().c_str());
+    return 1;
+}
+
+run_options options_for(const Args & a, const std::string & model) {
+    run_options o;
+    o.model_path = model;
+    o.use_mmap = !a.no_mmap;
+    o.n_predict = a.n_predict;
+    o.n_fixture = a.n_fixture;
+    o.n_ubatch = 512;
+    return o;
+}
+
+// Generates on ctx from the fixture prompt and records the run.
+Status generate_into(llama_context * ctx, const Args & a, const std::string & model, int context, bool * stop = nullptr) {
+    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+    std::vector<llama_token> prompt;
+    Status st = prompt_from_fixture(vocab, a.n_fixture, 1, &prompt);
+    if (!st) return st;
+    generate_params gp;
+    gp.n_predict = a.n_predict;
+    generate_result res;
+    do {
+        st = generate_greedy(ctx, prompt, gp, &res);
+        llama_memory_clear(llama_get_memory(ctx), true);
+    } while (st && stop != nullptr && !*stop);  // exit-mid-decode: until the process ends
+    if (!st) return st;
+    nlohmann::json hashes = nlohmann::json::array();
+    for (uint64_t h : res.logits_xxh3) {
+        char buf[17];
+        snprintf(buf, sizeof buf, "%016llx", (unsigned long long) h);
+        hashes.push_back(buf);
+    }
+    std::lock_guard<std::mutex> lock(g_out_mu);
+    g_runs.push_back({{"model", model}, {"context", context}, {"tokens", res.tokens}, {"logits_xxh3", hashes}});
+    return Status::ok();
+}
+
+struct Loaded {
+    llama_model * model = nullptr;
+    llama_context * ctx = nullptr;
+    ~Loaded() {
+        if (ctx) llama_free(ctx);
+        if (model) llama_model_free(model);
+    }
+};
+
+Status load(const Args & a, const std::string & path, Loaded & l, int n_contexts = 1, std::vector<llama_context *> * more = nullptr) {
+    const run_options o = options_for(a, path);
+    Status st = engine_load_model(o, &l.model);
+    if (!st) return st;
+    st = engine_init_context(l.model, o, 512, &l.ctx);
+    for (int i = 1; st && i < n_contexts; ++i) {
+        llama_context * c = nullptr;
+        st = engine_init_context(l.model, o, 512, &c);
+        if (st) more->push_back(c);
+    }
+    return st;
+}
+
+int scenario_swap(const Args & a) {
+    for (size_t i = 0; i < a.models.size(); ++i) {
+        Loaded l;
+        Status st = load(a, a.models[i], l);
+        if (st) st = generate_into(l.ctx, a, a.models[i], 0);
+        if (!st) return fail("model " + std::to_string(i) + " " + a.models[i], st);
+    }  // context and model freed here, before the next one is loaded
+    return 0;
+}
+
+// llama_set_warmup is deprecated at the pinned commit ("user code should do warmup runs manually"),
+// still exported and used by older llama.cpp programs and bindings: a warmup graph must be handled.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+int scenario_warmup(const Args & a) {
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (!st) return fail("load", st);
+    const llama_vocab * vocab = llama_model_get_vocab(l.model);
+    // as common_init_from_params (llama.cpp common/common.cpp) warms up: BOS and EOS, every expert
+    std::vector<llama_token> tmp = {llama_vocab_bos(vocab), llama_vocab_eos(vocab)};
+    llama_set_warmup(l.ctx, true);
+    const int32_t rc = llama_decode(l.ctx, llama_batch_get_one(tmp.data(), (int32_t) tmp.size()));
+    llama_memory_clear(llama_get_memory(l.ctx), true);
+    llama_synchronize(l.ctx);
+    llama_set_warmup(l.ctx, false);
+    if (rc != 0) return fail("warmup decode", Status::io_error("return code " + std::to_string(rc)));
+    st = generate_into(l.ctx, a, a.models[0], 0);
+    return st ? 0 : fail("generate", st);
+}
+#pragma GCC diagnostic pop
+
+int scenario_parallel(const Args & a) {
+    Loaded l;
+    std::vector<llama_context *> more;
+    Status st = load(a, a.models[0], l, a.contexts, &more);
+    if (!st) return fail("load", st);
+    std::vector<llama_context *> ctxs = {l.ctx};
+    ctxs.insert(ctxs.end(), more.begin(), more.end());
+    std::vector<Status> results(ctxs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ctxs.size(); ++i)
+        threads.emplace_back([&, i]() { results[i] = generate_into(ctxs[i], a, a.models[0], (int) i); });
+    for (auto & t : threads) t.join();
+    for (llama_context * c : more) llama_free(c);
+    for (size_t i = 0; i < results.size(); ++i)
+        if (!results[i]) return fail("context " + std::to_string(i), results[i]);
+    return 0;
+}
+
+void on_usr1(int) {}
+
+int scenario_signals(const Args & a) {
+    struct sigaction sa = {};
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: interrupted system calls return EINTR
+    sigaction(SIGUSR1, &sa, nullptr);
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (!st) return fail("load", st);
+    std::atomic<bool> done{false};
+    const pthread_t decoder = pthread_self();
+    std::thread pest([&]() {
+        while (!done) {
+            pthread_kill(decoder, SIGUSR1);
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+    });
+    st = generate_into(l.ctx, a, a.models[0], 0);
+    done = true;
+    pest.join();
+    return st ? 0 : fail("generate", st);
+}
+
+int scenario_exit_mid_decode(const Args & a) {
+    Loaded * l = new Loaded();  // never freed: exit() comes while the thread uses it
+    Status st = load(a, a.models[0], *l);
+    if (!st) return fail("load", st);
+    static bool never = false;
+    std::thread([&a, l]() { (void) generate_into(l->ctx, a, a.models[0], 0, &never); }).detach();
+    std::this_thread::sleep_for(std::chrono::milliseconds(a.after_ms));
+    fflush(nullptr);
+    exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
+}
+
+int scenario_pause(const Args & a) {
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (st) st = generate_into(l.ctx, a, a.models[0], 0);
+    if (!st) return fail("first run", st);
+    std::ofstream(a.pause_file + ".ready") << "ready\n";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::ifstream(a.pause_file + ".go")) {
+        if (std::chrono::steady_clock::now() > deadline) return fail("pause", Status::timeout("no " + a.pause_file + ".go within 60 s"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    st = generate_into(l.ctx, a, a.models[0], 0);
+    return st ? 0 : fail("second run", st);
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    Args a;
+    CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode or pause")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause"}));
+    app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
+    app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
+    app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
+    app.add_option("--fixture", a.n_fixture, "prompt: this many fixture token ids (seed 1)")->check(CLI::Range(1, 4096));
+    app.add_option("--contexts", a.contexts, "parallel: contexts")->check(CLI::Range(1, 16));
+    app.add_option("--after-ms", a.after_ms, "exit-mid-decode: exit after this many ms")->check(CLI::Range(0, 600000));
+    app.add_option("--json", a.json, "write the runs here");
+    app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError & e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    engine_log_init(false);
+    Status st = engine_load_backends(nullptr);
+    if (!st) return fail("backends", st);
+    int rc = 2;
+    if (a.scenario == "swap") rc = scenario_swap(a);
+    else if (a.scenario == "warmup") rc = scenario_warmup(a);
+    else if (a.scenario == "parallel") rc = scenario_parallel(a);
+    else if (a.scenario == "signals") rc = scenario_signals(a);
+    else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
+    else if (a.scenario == "pause") rc = scenario_pause(a);
+    if (!a.json.empty()) std::ofstream(a.json) << nlohmann::json{{"runs", g_runs}}.dump(1) << "\n";
+    llama_backend_free();
+    return rc;
+}
