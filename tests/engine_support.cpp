@@ -62,8 +62,8 @@ void expect_same_run(const std::string & dir, const std::string & a, const std::
     EXPECT_FALSE(ra["tokens"].empty());
 }
 
-std::string experts_config(const std::vector<std::string> & endpoints) {
-    std::string s = "require_intercept = true\nmode = \"experts\"\n";
+std::string experts_config(const std::vector<std::string> & endpoints, bool require_intercept) {
+    std::string s = std::string(require_intercept ? "require_intercept = true\n" : "") + "mode = \"experts\"\n";
     const int per = 8 / (int) endpoints.size();
     for (size_t i = 0; i < endpoints.size(); ++i)
         s += "[[worker]]\nendpoint = \"" + endpoints[i] + "\"\nexperts = \"" + std::to_string(i * per) + "-" +

@@ -40,8 +40,8 @@ CommandResult run_engine_host(const std::string & host, const std::string & prel
 /// (<dir>/<x>-run.json) are the same; failures are reported with both names.
 void expect_same_run(const std::string & dir, const std::string & a, const std::string & b);
 
-/// Config text (without report) of experts mode over `endpoints`, experts split in equal halves
-/// of 8, with require_intercept.
-std::string experts_config(const std::vector<std::string> & endpoints);
+/// Config text (without report) of experts mode over `endpoints`, the 8 experts split in equal
+/// parts, with or without require_intercept.
+std::string experts_config(const std::vector<std::string> & endpoints, bool require_intercept = true);
 
 } // namespace moezip_test

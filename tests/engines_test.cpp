@@ -125,7 +125,7 @@ TEST(Engines, AWorkerBindsAHostsSingleCpuLibraryThroughEngineDir) {
     Workers w;
     ASSERT_TRUE(w.start(bin_path("moezip-worker"), dir, model, "0-3", {"--engine", e->engine}));
     ASSERT_TRUE(w.start(bin_path("moezip-worker"), dir, model, "4-7", {"--engine", e->engine}));
-    EXPECT_NE(w.list[0]->ready_line().find("cpu default)"), std::string::npos) << w.list[0]->ready_line();
+    EXPECT_NE(w.list[0]->ready_line().find("cpu default"), std::string::npos) << w.list[0]->ready_line();
     CommandResult single = run_engine_host(e->tool("moezip-run"), preload_env(), dir, "single", model, "mode = \"observe\"\n");
     ASSERT_EQ(single.exit_code, 0) << single.err;
     CommandResult x = run_engine_host(e->tool("moezip-run"), preload_env(), dir, "experts", model, experts_config(w.endpoints));
@@ -149,16 +149,23 @@ TEST(Engines, AMixOfBuildsIsRefusedWithTheReason) {
     ASSERT_TRUE(w.start(bin_path("moezip-worker"), dir, model, "4-7", {"--engine", e->engine}));
     CommandResult single = run_engine_host(bin_path("moezip-run"), preload_env(), dir, "single", model, "mode = \"observe\"\n");
     ASSERT_EQ(single.exit_code, 0) << single.err;
-    CommandResult x = run_engine_host(bin_path("moezip-run"), preload_env(), dir, "mixed", model, experts_config(w.endpoints));
-    EXPECT_EQ(x.exit_code, 4) << "require_intercept fails a run whose workers were refused: " << x.err;
-    EXPECT_NE(x.err.find("different kernels give different bits"), std::string::npos) << x.err;
-    expect_same_run(dir, "single", "mixed");  // their part was computed here: still the right answer
+    // require_intercept: the computes the refused workers should have done fail, naming why
+    CommandResult req =
+        run_engine_host(bin_path("moezip-run"), preload_env(), dir, "mixed_required", model, experts_config(w.endpoints));
+    EXPECT_EQ(req.exit_code, 4) << "require_intercept fails a run whose workers were refused: " << req.err;
+    EXPECT_NE(req.err.find("different kernels give different bits"), std::string::npos) << req.err;
+    // without it (on_worker_error = "local"), their part is computed here: still the single-node answer
+    CommandResult x = run_engine_host(bin_path("moezip-run"), preload_env(), dir, "mixed", model, experts_config(w.endpoints, false));
+    ASSERT_EQ(x.exit_code, 0) << x.err;
+    expect_same_run(dir, "single", "mixed");
     const json rep = load_json(dir + "/mixed.json");
+    ASSERT_EQ(rep["workers"].size(), 2u);
     for (const auto & wk : rep["workers"]) {
         const std::string refused = wk["refused"].get<std::string>();
         EXPECT_NE(refused.find("it computes with CPU variant default"), std::string::npos) << refused;
         EXPECT_NE(refused.find("different kernels give different bits"), std::string::npos) << refused;
     }
+    EXPECT_EQ(sum_layers(rep, "remote_slots"), 0u);
 }
 
 // The default build under node-llama-cpp 3.22.1 (ggml 0.25.1): refused by name, with the command.
@@ -172,16 +179,21 @@ TEST(Engines, AnEngineOfAnotherSourceIsRefusedWithTheCommandToBuildForIt) {
                                        "--json", dir + "/plain-run.json"});
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
     std::ofstream(dir + "/c.toml") << "mode = \"local\"\nrequire_intercept = true\nreport = \"" << dir << "/r.json\"\n";
-    CommandResult r = run_command({e->tool("moezip-run"), "-m", model, "-n", "8", "--quiet", "--no-repack", "--fixture", "16", "--json",
-                     dir + "/hooked-run.json"},
-                    {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", dir + "/c.toml"}});
-    EXPECT_EQ(r.exit_code, 4) << r.err;
+    std::ofstream(dir + "/p.toml") << "mode = \"local\"\nreport = \"" << dir << "/p.json\"\n";
+    const std::vector<std::string> hooked = {e->tool("moezip-run"), "-m", model, "-n", "8", "--quiet", "--no-repack", "--fixture", "16",
+                                             "--json", dir + "/hooked-run.json"};
+    CommandResult r = run_command(hooked, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", dir + "/c.toml"}});
+    EXPECT_EQ(r.exit_code, 4) << "require_intercept: the refused engine's computes fail: " << r.err;
     const std::string loaded = "loaded ggml " + e->ggml_version + " (" + e->binary_commit + ", ";
     EXPECT_NE(r.err.find(loaded), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("its ggml version is " + e->ggml_version + ", not 0.23.0"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("`make ENGINE=" + e->engine + " BUILD=build-ggml-" + e->ggml_version + "`"), std::string::npos) << r.err;
-    EXPECT_EQ(load_json(dir + "/plain-run.json")["tokens"], load_json(dir + "/hooked-run.json")["tokens"]) << "the engine ran alone";
     EXPECT_EQ(load_json(dir + "/r.json")["engine"]["abi"].get<std::string>().find(loaded), 0u);
+    // without require_intercept the engine runs alone, exactly as without the preload
+    CommandResult pass = run_command(hooked, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", dir + "/p.toml"}});
+    ASSERT_EQ(pass.exit_code, 0) << pass.err;
+    EXPECT_EQ(load_json(dir + "/plain-run.json")["tokens"], load_json(dir + "/hooked-run.json")["tokens"]);
+    EXPECT_EQ(load_json(dir + "/plain-run.json")["logits_xxh3"], load_json(dir + "/hooked-run.json")["logits_xxh3"]);
     // the worker refuses the same engine the same way
     CommandResult wk = run_command({bin_path("moezip-worker"), "--model", model, "--engine", e->engine}, {}, 60);
     EXPECT_EQ(wk.exit_code, 1) << wk.err;
