@@ -77,15 +77,16 @@ deps:
 	@tools/install-deps.sh $(DEPS_FLAGS)
 	@tools/engines/engine-config.sh "$(ENGINE)" "$(BUILD)" $(ENGINE_SRC_ARG)
 
-# What a host and its workers need, for one engine (tools/engines/prepare.sh builds it per test engine).
+# What a host and its workers need, for one engine, without the test suite (tools/engines/prepare.sh
+# builds it per test engine; README "Your own llama.cpp").
 engine-tools: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-engine-tools
-build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker
+build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report
 
 # Installs or builds every engine of TEST_ENGINES (cached: docs/engines.md) and moezip for each in
 # build-engines/<name>/; writes $(BUILD)/engines.json for the tests.
 engines: deps
-	@tools/engines/prepare.sh "$(BUILD)" $(TEST_ENGINES)
+	+@SANITIZE=$(SANITIZE) tools/engines/prepare.sh "$(BUILD)" $(TEST_ENGINES)
 
 $(BUILD)/obj/%.o: %.cpp $(BUILD)/engine.mk
 	@mkdir -p $(dir $@)
@@ -126,7 +127,8 @@ $(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
 
-test: all engines
+test: all
+	+@$(MAKE) --no-print-directory engines
 	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) SANITIZE=$(SANITIZE) CXX=$(CXX) tools/run-tests.sh
 
 run: all

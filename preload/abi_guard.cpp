@@ -1,6 +1,7 @@
 #include "preload/abi_guard.h"
 
 #include "preload/abi_probe.h"
+#include "preload/engine_source.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -34,11 +35,17 @@ namespace {
 std::string short_commit(const char * c) { return std::string(c).substr(0, 12); }
 
 // What the loaded engine differs in, "" when nothing.
-std::string what_differs(const GgmlApi & api, const std::string & version, const std::string & commit, const EnginePin & pin) {
+std::string what_differs(const GgmlApi & api, const std::string & version, const std::string & commit,
+                         const std::string & loaded_from, const EnginePin & pin) {
     std::string d;
     auto add = [&](const std::string & s) { d += (d.empty() ? "" : "; ") + s; };
     if (version != pin.ggml_version) add("its ggml version is " + version + ", not " + pin.ggml_version);
-    if (!abi_commit_names_source(commit, pin)) {
+    // node-llama-cpp's binaries name their source by the bundle their package ships, not by ggml_commit()
+    const std::string npm_source = abi_commit_names_source(commit, pin) ? "" : engine_npm_source_commit(loaded_from);
+    if (!npm_source.empty() && npm_source != pin.source_commit)
+        add("its node-llama-cpp package ships the source " + short_commit(npm_source.c_str()) + ", not " +
+            short_commit(pin.source_commit));
+    else if (npm_source.empty() && !abi_commit_names_source(commit, pin)) {
         const bool alias = strncmp(pin.source_commit, pin.binary_commit, strlen(pin.binary_commit)) != 0;
         add("its commit " + commit + " names another source than " + short_commit(pin.source_commit) +
             (alias ? std::string(" (whose ") + pin.name + " binaries report " + pin.binary_commit + ")" : std::string()));
@@ -64,7 +71,7 @@ Status abi_guard_check(const GgmlApi & api, const std::string & loaded_from, con
     const char * commit = api.ggml_commit ? api.ggml_commit() : nullptr;
     if (version == nullptr || commit == nullptr)
         return Status::mismatch("the loaded ggml (" + loaded_from + ") does not report its version/commit");
-    const std::string differs = what_differs(api, version, commit, pin);
+    const std::string differs = what_differs(api, version, commit, loaded_from, pin);
     if (differs.empty()) return Status::ok();
     const std::string engine_dir = abi_engine_dir_of(loaded_from);
     return Status::mismatch(std::string("loaded ggml ") + version + " (" + commit + ", " + loaded_from +

@@ -6,9 +6,10 @@
 //
 // What identifies an engine here, and nothing that depends on where its binary was built:
 //   - ggml_version() equals the version of the source tree moezip compiled against;
-//   - ggml_commit() names that source: a prefix of its git commit (any build from a checkout of it),
-//     or the exact string the engine moezip was built against reports (the npm binaries report the
-//     node-llama-cpp build's own commit, e.g. "5b4ebc5" for the source 80fb11a the package ships);
+//   - the engine names that source: ggml_commit() is a prefix of its git commit (any build from a
+//     checkout of it) or the exact string the engine moezip was built against reports; or, for
+//     node-llama-cpp's binaries (which report the node-llama-cpp build's own commit, e.g. "5b4ebc5"),
+//     the source bundle their package ships beside them is that commit (engine_source.h);
 //   - the layout probes: ggml_tensor_overhead() and ggml_graph_overhead_custom(2048) equal the
 //     build-time engine's, and abi_probe_layout() reads back what the engine built as compiled.
 #pragma once

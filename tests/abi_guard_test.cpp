@@ -3,11 +3,14 @@
 #include "preload/abi_guard.h"
 #include "preload/abi_probe.h"
 #include "preload/engine_locate.h"
+#include "preload/engine_source.h"
+#include "tests/test_support.h"
 #include "tests/worker_harness.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 
 using namespace moezip;
 using moezip_test::reference_api;
@@ -56,6 +59,35 @@ TEST(AbiGuard, TheEngineFolderToRebuildForIsNamedFromTheLibraryPath) {
     EXPECT_EQ(abi_engine_dir_of("/p/app/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"), "/p/app");
     EXPECT_EQ(abi_engine_dir_of("/home/u/llama.cpp/build/bin/libggml-base.so.0"), "/home/u/llama.cpp/build");
     EXPECT_EQ(abi_engine_dir_of("/usr/local/lib/libggml-base.so"), "/usr/local/lib");
+}
+
+// A node-llama-cpp install as npm lays it out, with `bins_version` for the binaries' package.
+std::string fake_npm_install(const std::string & name, const std::string & bins_version) {
+    const std::string root = moezip_test::test_dir(name), nm = root + "/node_modules";
+    moezip_test::run_command({"/bin/mkdir", "-p", nm + "/node-llama-cpp/llama", nm + "/@node-llama-cpp/linux-x64/bins/linux-x64"});
+    std::ofstream(nm + "/node-llama-cpp/package.json") << "{\n  \"name\": \"node-llama-cpp\",\n  \"version\": \"3.21.1\"\n}\n";
+    std::ofstream(nm + "/@node-llama-cpp/linux-x64/package.json") << "{\"name\":\"@node-llama-cpp/linux-x64\",\"version\":\"" << bins_version << "\"}";
+    std::ofstream(nm + "/node-llama-cpp/llama/gitRelease.bundle")
+        << "# v2 git bundle\n80fb11ac73e66d89eae2c6a91d8a77428fa733ed HEAD\n\nPACK...";
+    return nm + "/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so";
+}
+
+TEST(EngineSource, NodeLlamaCppBinariesNameTheSourceTheirPackageShips) {
+    EXPECT_EQ(engine_npm_source_commit(fake_npm_install("engine_source_npm", "3.21.1")), "80fb11ac73e66d89eae2c6a91d8a77428fa733ed");
+    EXPECT_EQ(engine_npm_source_commit(fake_npm_install("engine_source_npm_mixed", "3.22.1")), "")
+        << "binaries of another release than the bundle's package";
+    EXPECT_EQ(engine_npm_source_commit("/home/u/llama.cpp/build/bin/libggml-base.so.0"), "") << "not node-llama-cpp";
+}
+
+TEST(EngineSource, GitBundleHeads) {
+    const std::string dir = moezip_test::test_dir("engine_source_bundles");
+    std::ofstream(dir + "/v3.bundle") << "# v3 git bundle\n@object-format=sha1\n-1111111111111111111111111111111111111111 x\n"
+                                         "2222222222222222222222222222222222222222 refs/heads/main\n"
+                                         "3333333333333333333333333333333333333333 HEAD\n\nPACK";
+    std::ofstream(dir + "/noise.bundle") << "PACK not a bundle";
+    EXPECT_EQ(git_bundle_head(dir + "/v3.bundle"), "3333333333333333333333333333333333333333");
+    EXPECT_EQ(git_bundle_head(dir + "/noise.bundle"), "");
+    EXPECT_EQ(git_bundle_head(dir + "/absent.bundle"), "");
 }
 
 TEST(AbiProbe, PassesOnTheEngineItWasBuiltFor) {

@@ -1,5 +1,7 @@
 #include "tests/engine_support.h"
 
+#include "preload/engine_pin.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -36,6 +38,14 @@ const TestEngine * test_engine(const std::string & spec, std::string * why) {
         if (e.spec == spec) return &e;
     if (why) *why = spec + ": " + reason;
     return nullptr;
+}
+
+const TestEngine * test_engine_beside_pinned(const std::string & spec, std::string * why) {
+    if (std::string(moezip::engine_pin().name) != "node-llama-cpp 3.21.1") {
+        if (why) *why = std::string("this build is for ") + moezip::engine_pin().name + ", not the pinned node-llama-cpp 3.21.1";
+        return nullptr;
+    }
+    return test_engine(spec, why);
 }
 
 CommandResult run_engine_host(const std::string & host, const std::string & preload, const std::string & dir,

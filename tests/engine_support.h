@@ -22,13 +22,19 @@ struct TestEngine {
     std::string ggml_version, source_commit, binary_commit;
 
     std::string tool(const std::string & n) const { return build + "/bin/" + n; }
-    std::string preload() const { return build + "/libmoezip.so"; }
+    /// Its libmoezip.so, and the LD_PRELOAD value for it (after the sanitizer runtimes of `make SANITIZE=...`).
+    std::string library() const { return build + "/libmoezip.so"; }
+    std::string preload() const { return preload_env_for(library()); }
     std::string program(const std::string & n) const { return bin + "/" + n; }
 };
 
 /// The engine built for `spec`, or nullptr (with the reason in *why) when this run has none, e.g.
 /// `make test TEST_ENGINES=` or the test binary run without `make engines`.
 const TestEngine * test_engine(const std::string & spec, std::string * why);
+
+/// The engine built for `spec` when this test binary's own build (build/) is for the pinned
+/// node-llama-cpp 3.21.1, as the tests that pair the two assume; nullptr with the reason otherwise.
+const TestEngine * test_engine_beside_pinned(const std::string & spec, std::string * why);
 
 /// Runs `host` (a moezip-run) on `model` under `preload` with `config_body` (no_repack and the report
 /// <dir>/<name>.json are added) and writes <dir>/<name>-run.json; 32 tokens after a 128-token prompt.

@@ -5,6 +5,7 @@
 // refused by name.
 #include "tests/cluster.h"
 #include "tests/engine_support.h"
+#include "preload/engine_pin.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -97,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineModes, ::testing::Values("llama.cpp:pinn
 // 80fb11a, not the npm binaries' 5b4ebc5. Same source, same layout: the default build accepts it.
 TEST(Engines, TheDefaultBuildAcceptsASelfBuiltEngineOfTheSameSource) {
     std::string why;
-    const TestEngine * e = test_engine("llama.cpp:pinned", &why);
+    const TestEngine * e = test_engine_beside_pinned("llama.cpp:pinned", &why);
     if (e == nullptr) GTEST_SKIP() << why;
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     const std::string dir = test_dir("engine_same_source");
@@ -114,11 +115,31 @@ TEST(Engines, TheDefaultBuildAcceptsASelfBuiltEngineOfTheSameSource) {
     EXPECT_EQ(rep["checks"]["regions_passthrough"], 0);
 }
 
+// The other way round: moezip built for the self-built engine under node-llama-cpp 3.21.1's binaries,
+// which report 5b4ebc5 but whose package ships the same source: accepted.
+TEST(Engines, AMoezipBuiltForASelfBuiltEngineAcceptsTheNpmBinariesOfItsSource) {
+    std::string why;
+    const TestEngine * e = test_engine_beside_pinned("llama.cpp:pinned", &why);
+    if (e == nullptr) GTEST_SKIP() << why;
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("engine_npm_of_same_source");
+    CommandResult single = run_engine_host(bin_path("moezip-run"), e->preload(), dir, "single", model, "mode = \"observe\"\n");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult local = run_engine_host(bin_path("moezip-run"), e->preload(), dir, "local", model,
+                                          "mode = \"local\"\nrequire_intercept = true\n");
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    expect_same_run(dir, "single", "local");
+    const json rep = load_json(dir + "/local.json");
+    EXPECT_EQ(rep["engine"]["abi"], "ok");
+    EXPECT_EQ(rep["engine"]["built_for"], e->engine_name);
+    EXPECT_EQ(rep["engine"]["ggml_commit"], moezip::engine_pin().binary_commit) << "the npm binaries' own string";
+}
+
 // A worker of the default build serves a self-built host of the same source by loading that
 // host's libraries (--engine: its CMake build folder), so both compute with the same kernels.
 TEST(Engines, AWorkerBindsAHostsSingleCpuLibraryThroughEngineDir) {
     std::string why;
-    const TestEngine * e = test_engine("llama.cpp:pinned", &why);
+    const TestEngine * e = test_engine_beside_pinned("llama.cpp:pinned", &why);
     if (e == nullptr) GTEST_SKIP() << why;
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     const std::string dir = test_dir("engine_worker_engine_dir");
@@ -140,7 +161,7 @@ TEST(Engines, AWorkerBindsAHostsSingleCpuLibraryThroughEngineDir) {
 // source: the same ggml layout, but other kernels, so other bits. Refused, and named so.
 TEST(Engines, AMixOfBuildsIsRefusedWithTheReason) {
     std::string why;
-    const TestEngine * e = test_engine("llama.cpp:pinned", &why);
+    const TestEngine * e = test_engine_beside_pinned("llama.cpp:pinned", &why);
     if (e == nullptr) GTEST_SKIP() << why;
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     const std::string dir = test_dir("engine_mix_refused");
@@ -171,7 +192,7 @@ TEST(Engines, AMixOfBuildsIsRefusedWithTheReason) {
 // The default build under node-llama-cpp 3.22.1 (ggml 0.25.1): refused by name, with the command.
 TEST(Engines, AnEngineOfAnotherSourceIsRefusedWithTheCommandToBuildForIt) {
     std::string why;
-    const TestEngine * e = test_engine("npm:3.22.1", &why);
+    const TestEngine * e = test_engine_beside_pinned("npm:3.22.1", &why);
     if (e == nullptr) GTEST_SKIP() << why;
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     const std::string dir = test_dir("engine_other_source");
@@ -198,6 +219,20 @@ TEST(Engines, AnEngineOfAnotherSourceIsRefusedWithTheCommandToBuildForIt) {
     CommandResult wk = run_command({bin_path("moezip-worker"), "--model", model, "--engine", e->engine}, {}, 60);
     EXPECT_EQ(wk.exit_code, 1) << wk.err;
     EXPECT_NE(wk.err.find(loaded), std::string::npos) << wk.err;
+}
+
+// make ENGINE=... with a source tree that is not the libraries' (engine-config.sh's third argument,
+// which the pinned build uses for .deps/llama.cpp): refused before anything is compiled.
+TEST(Engines, LibrariesAndASourceOfAnotherVersionDoNotBelongTogether) {
+    std::string why;
+    const TestEngine * e = test_engine("npm:3.22.1", &why);
+    if (e == nullptr) GTEST_SKIP() << why;
+    const std::string dir = test_dir("engine_config_mismatch");
+    CommandResult r = run_command({repo_root() + "/tools/engines/engine-config.sh", e->engine, dir + "/out",
+                                   repo_root() + "/.deps/llama.cpp"}, {}, 120);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("its libraries report ggml " + e->ggml_version + " but its source tree " + repo_root() +
+                         "/.deps/llama.cpp is ggml 0.23.0: they do not belong together"), std::string::npos) << r.err;
 }
 
 } // namespace

@@ -60,7 +60,7 @@ TEST(Server, LlamaServerUnderThePreloadAnswersLikeThePlainServer) {
     ASSERT_TRUE(w.start(*e, dir, model));
     const std::string cfg = w.config(dir + "/moezip.toml", dir + "/report.%p.json");
     CommandResult r = run_command({repo_root() + "/tools/server-check.sh", "--server", e->program("llama-server"), "--preload",
-                                   e->preload(), "--config", cfg, "--model", model, "--out", dir + "/check"},
+                                   e->library(), "--config", cfg, "--model", model, "--out", dir + "/check"},
                                   {}, 600);
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("identical: yes"), std::string::npos) << r.out << r.err;

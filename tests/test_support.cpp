@@ -48,9 +48,11 @@ std::string shared_dir() {
 std::string bin_path(const std::string & name) { return build_dir() + "/bin/" + name; }
 std::string preload_path() { return build_dir() + "/libmoezip.so"; }
 
-std::string preload_env() {
+std::string preload_env() { return preload_env_for(preload_path()); }
+
+std::string preload_env_for(const std::string & library) {
     const char * first = getenv("MOEZIP_TEST_PRELOAD_FIRST");
-    return first && *first ? std::string(first) + ":" + preload_path() : preload_path();
+    return first && *first ? std::string(first) + ":" + library : library;
 }
 
 std::string test_dir(const std::string & name) {

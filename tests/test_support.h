@@ -21,6 +21,8 @@ std::string preload_path();
 /// $MOEZIP_TEST_PRELOAD_FIRST (set by tools/run-tests.sh for `make SANITIZE=... test`: an
 /// instrumented libmoezip.so needs libasan first in the process).
 std::string preload_env();
+/// The same for another libmoezip.so (one built for another engine: tests/engine_support.h).
+std::string preload_env_for(const std::string & library);
 /// A fresh directory under <build>/test-out/ for one test (removed and recreated).
 std::string test_dir(const std::string & name);
 

@@ -107,7 +107,8 @@ run() {
 echo "server-check: $server, model $model"
 run plain
 plain_rc=$rc
-run moezip LD_PRELOAD="$preload" MOEZIP_CONFIG="$config"
+# (tests of `make SANITIZE=...` put the sanitizer runtimes first: MOEZIP_TEST_PRELOAD_FIRST)
+run moezip LD_PRELOAD="${MOEZIP_TEST_PRELOAD_FIRST:+$MOEZIP_TEST_PRELOAD_FIRST:}$preload" MOEZIP_CONFIG="$config"
 moezip_rc=$rc
 pid=$(grep -o 'moezip\[[0-9]*\]' "$out/moezip/server.err" | head -1 | tr -dc 0-9)
 report=$(sed -n 's/^ *report *= *"\(.*\)".*/\1/p' "$config" | head -1)

@@ -8,7 +8,7 @@
 #
 # SOURCE: a git bundle (node-llama-cpp's llama/gitRelease.bundle) or a llama.cpp git checkout.
 # TARGETs: ninja targets (default: the programs the tests run). At -j2 on the 2-core VMs this takes
-# about 16 minutes (docs/engines.md).
+# about 10 minutes when nothing else runs (docs/engines.md).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src_in="$1"; shift
@@ -36,7 +36,7 @@ if [ ! -d "$root/src/.git" ] || [ "$(git -C "$root/src" rev-parse HEAD 2>/dev/nu
   git clone -q "$src_in" "$root/src"
   git -C "$root/src" -c advice.detachedHead=false checkout -q "$commit"
 fi
-echo "build-llamacpp: building llama.cpp ${commit:0:12} (${FLAGS[*]}) at -j$JOBS into $root/build: about 16 min" >&2
+echo "build-llamacpp: building llama.cpp ${commit:0:12} (${FLAGS[*]}) at -j$JOBS into $root/build: about 10 min on 2 idle cores" >&2
 start=$(date +%s)
 cmake -S "$root/src" -B "$root/build" "${FLAGS[@]}" >"$root/cmake.log" 2>&1 \
   || { tail -30 "$root/cmake.log" >&2; exit 1; }

@@ -58,6 +58,8 @@ elif [ -f "$engine/CMakeCache.txt" ]; then
   [ -f "$bin/libggml-base.so" ] || die "no $bin/libggml-base.so: build llama.cpp first (cmake --build $engine)"
   [ -f "$bin/libllama.so" ] && [ -f "$bin/libggml.so" ] || die "no libllama.so / libggml.so in $bin"
   link="-L$bin -lllama -lggml -lggml-base -Wl,-rpath,$bin"
+elif [ -f "$engine/build/CMakeCache.txt" ]; then
+  die "a llama.cpp source tree: give its CMake build folder, ENGINE=$engine/build"
 else
   die "neither a llama.cpp CMake build folder (no CMakeCache.txt) nor a folder with node_modules/node-llama-cpp"
 fi

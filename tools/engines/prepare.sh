@@ -31,10 +31,10 @@ for spec in "$@"; do
       name="llama.cpp-${commit:0:12}-default";;
     *) echo "engines: unknown engine spec '$spec' (npm:VERSION, llama.cpp:pinned or llama.cpp:SOURCE)" >&2; exit 1;;
   esac
-  out="build-engines/$name"
-  if ! "$MAKE" --no-print-directory ENGINE="$engine" BUILD="$out" engine-tools > "build-engines/$name.log" 2>&1; then
-    tail -30 "build-engines/$name.log" >&2
-    echo "engines: building moezip for $spec ($engine) failed: build-engines/$name.log" >&2
+  out="build-engines/$name${SANITIZE:+-san}"   # make SANITIZE=...: instrumented builds apart
+  if ! "$MAKE" --no-print-directory ENGINE="$engine" BUILD="$out" engine-tools > "$out.log" 2>&1; then
+    tail -30 "$out.log" >&2
+    echo "engines: building moezip for $spec ($engine) failed: $out.log" >&2
     exit 1
   fi
   echo "engines: $spec ready in $out ($(( $(date +%s) - start )) s)" >&2
