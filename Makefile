@@ -1,5 +1,6 @@
 # moezip build. `make` builds everything, `make test` runs the test suite,
-# `make run` runs the main job on the bundled real model, `make bench` measures.
+# `make run` runs the main job on the bundled real model, `make bench` measures, `make fuzz` fuzzes
+# (docs/fuzzing.md).
 # Every target first runs `make deps` (tools/install-deps.sh), which installs only what is missing.
 
 # The engine moezip is built for: a node-llama-cpp install (a folder holding node_modules/) or a
@@ -65,13 +66,30 @@ DEEPBIND_HOST := $(BUILD)/bin/moezip-deepbind-host
 TEST_HOST_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/hosts/*.cpp) \
                    $(filter-out tools/moezip-run/main.cpp,$(wildcard tools/moezip-run/*.cpp)))
 
-.PHONY: all deps test run bench clean fixtures engines engine-tools
+# Fuzz targets (tests/fuzz/, docs/fuzzing.md): libFuzzer with ASan and UBSan (every UBSan report,
+# __builtin_unreachable included, stops the run), clang from Debian (make deps installs it). Each
+# target links only the sources it fuzzes, built again with coverage instrumentation.
+FUZZ_CXX     ?= clang++-14
+FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
+                -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ         := $(BUILD)/fuzz
+FUZZ_TARGETS := config request reply
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/fuzz_test.cpp only
+FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) coordinator/base/status.cpp \
+                    coordinator/base/log.cpp
+FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request_check.cpp coordinator/wire/protocol.cpp \
+                    coordinator/config/expert_range.cpp coordinator/base/status.cpp
+FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp
+FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
+FUZZ_SECONDS ?= 300
+
+.PHONY: all deps test run bench clean fixtures fuzz fuzz-build fuzz-seeds engines engine-tools
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 all: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-all
 
 .PHONY: build-all build-engine-tools
-build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(TEST_HOST) $(DEEPBIND_HOST)
+build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(TEST_HOST) $(DEEPBIND_HOST) $(FUZZ_BINS)
 
 deps:
 	@tools/install-deps.sh $(DEPS_FLAGS)
@@ -127,6 +145,29 @@ $(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
 
+# objects of one fuzz target's sources (a function, for the same reason as tool_objs)
+fuzz_objs = $(patsubst %.cpp,$(FUZZ)/obj/%.o,$(FUZZ_SRC_$(1)))
+$(FUZZ)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ)/%_fuzz: $$(call fuzz_objs,$$*)
+	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -o $@ $^ -lxxhash
+
+fuzz-build: $(FUZZ_BINS)
+
+# every target for FUZZ_SECONDS (default 300) on a corpus kept in build/fuzz/corpus/
+fuzz: all
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tools/run-fuzz.sh $(FUZZ_TARGETS)
+
+# rewrites the request and reply seeds (real protocol messages) in tests/fuzz/corpus/
+fuzz-seeds: $(FUZZ)/fuzz_seeds
+	$(FUZZ)/fuzz_seeds tests/fuzz/corpus
+
+$(FUZZ)/fuzz_seeds: tests/fuzz/fuzz_seeds.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp tests/fuzz/fuzz_message.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -std=c++17 -O1 -Wall -Wextra -Werror -o $@ $(filter %.cpp,$^) -lxxhash
+
 test: all
 	+@$(MAKE) --no-print-directory engines
 	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) SANITIZE=$(SANITIZE) CXX=$(CXX) tools/run-tests.sh
@@ -140,4 +181,4 @@ bench: all
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ)/obj -name '*.d' 2>/dev/null)

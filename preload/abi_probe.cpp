@@ -16,7 +16,8 @@ Status probe_op_names(const GgmlApi & api) {
     struct { ggml_op op; const char * name; } ops[] = {
         {GGML_OP_NONE, "NONE"}, {GGML_OP_ADD, "ADD"},   {GGML_OP_MUL, "MUL"},   {GGML_OP_MUL_MAT, "MUL_MAT"},
         {GGML_OP_MUL_MAT_ID, "MUL_MAT_ID"}, {GGML_OP_CONT, "CONT"}, {GGML_OP_VIEW, "VIEW"}, {GGML_OP_GET_ROWS, "GET_ROWS"},
-        {GGML_OP_SOFT_MAX, "SOFT_MAX"}, {GGML_OP_ARGSORT, "ARGSORT"}, {GGML_OP_GLU, "GLU"},
+        {GGML_OP_SOFT_MAX, "SOFT_MAX"}, {GGML_OP_ARGSORT, "ARGSORT"}, {GGML_OP_GLU, "GLU"}, {GGML_OP_REPEAT, "REPEAT"},
+        {GGML_OP_ADD_ID, "ADD_ID"},
     };
     for (const auto & o : ops) {
         const char * got = api.ggml_op_name(o.op);
@@ -73,7 +74,8 @@ Status probe_nodes(const GgmlApi & api, ggml_context * ctx, ggml_tensor ** last)
     for (int32_t p : mm->op_params)
         if (p != 0) return differs("MUL_MAT_ID op_params of a plain ggml_mul_mat_id", "non-zero", "all zero");
     struct { ggml_glu_op op; const char * name; } glus[] = {{GGML_GLU_OP_REGLU, "REGLU"}, {GGML_GLU_OP_GEGLU, "GEGLU"},
-        {GGML_GLU_OP_SWIGLU, "SWIGLU"}, {GGML_GLU_OP_GEGLU_ERF, "GEGLU_ERF"}, {GGML_GLU_OP_GEGLU_QUICK, "GEGLU_QUICK"}};
+        {GGML_GLU_OP_SWIGLU, "SWIGLU"}, {GGML_GLU_OP_SWIGLU_OAI, "SWIGLU_OAI"}, {GGML_GLU_OP_GEGLU_ERF, "GEGLU_ERF"},
+        {GGML_GLU_OP_GEGLU_QUICK, "GEGLU_QUICK"}};
     ggml_tensor * act = nullptr;
     for (const auto & g : glus) {
         act = api.ggml_glu_split(ctx, mm, mm, g.op);

@@ -27,7 +27,7 @@ namespace moezip {
     X(ggml_init) X(ggml_free) X(ggml_tensor_overhead) X(ggml_graph_overhead_custom) \
     X(ggml_new_tensor_1d) X(ggml_new_tensor_2d) X(ggml_new_tensor_3d) \
     X(ggml_view_2d) X(ggml_view_3d) X(ggml_reshape_3d) \
-    X(ggml_mul_mat_id) X(ggml_glu_split) \
+    X(ggml_mul_mat_id) X(ggml_glu_split) X(ggml_swiglu_oai) X(ggml_add_id) X(ggml_repeat_4d) \
     X(ggml_mul) X(ggml_add) X(ggml_cont) \
     X(ggml_new_graph_custom) X(ggml_build_forward_expand) X(ggml_graph_view) \
     X(ggml_graph_n_nodes) X(ggml_graph_node) \
@@ -36,7 +36,8 @@ namespace moezip {
     X(ggml_backend_buffer_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_name) \
     X(ggml_backend_reg_get_proc_address) X(ggml_get_tensor) \
     X(gguf_init_from_file) X(gguf_free) X(gguf_get_n_tensors) X(gguf_get_tensor_name) X(gguf_get_tensor_offset) \
-    X(gguf_get_data_offset) X(gguf_get_tensor_size) X(gguf_find_tensor) X(ggml_log_set)
+    X(gguf_get_data_offset) X(gguf_get_tensor_size) X(gguf_find_tensor) X(ggml_log_set) \
+    X(gguf_find_key) X(gguf_get_kv_type) X(gguf_get_val_u16) X(gguf_get_val_i32)
 
 // Functions of the CPU backend variant (libggml-cpu-<isa>.so) the engine selected.
 #define MOEZIP_GGML_CPU_FUNCTIONS(X) X(ggml_graph_plan) X(ggml_graph_compute)

@@ -36,7 +36,7 @@ struct LayerNodes {
 
 bool is_glu_supported(ggml_glu_op op) {
     return op == GGML_GLU_OP_SWIGLU || op == GGML_GLU_OP_GEGLU || op == GGML_GLU_OP_REGLU ||
-           op == GGML_GLU_OP_GEGLU_ERF || op == GGML_GLU_OP_GEGLU_QUICK;
+           op == GGML_GLU_OP_GEGLU_ERF || op == GGML_GLU_OP_GEGLU_QUICK || op == GGML_GLU_OP_SWIGLU_OAI;
 }
 
 const char * glu_name(ggml_glu_op op) {
@@ -46,6 +46,7 @@ const char * glu_name(ggml_glu_op op) {
         case GGML_GLU_OP_REGLU: return "reglu";
         case GGML_GLU_OP_GEGLU_ERF: return "geglu_erf";
         case GGML_GLU_OP_GEGLU_QUICK: return "geglu_quick";
+        case GGML_GLU_OP_SWIGLU_OAI: return "swiglu_oai";
         default: return "other";
     }
 }
@@ -133,15 +134,18 @@ bool has_op_params(const ggml_tensor * t) {
     return false;
 }
 
-bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, std::string & why) {
-    std::string buft = buft_name ? buft_name(w) : std::string();
-    if (w->extra != nullptr || buft.find("REPACK") != std::string::npos) {
-        why = std::string(w->name) + " is repacked (buffer type " + (buft.empty() ? "?" : buft) +
-              "); set no_repack = true to keep expert weights in GGUF layout";
-        return false;
-    }
+// A weight the executor can compute with the engine's own kernels: in host memory, either in GGUF
+// layout or in a CPU "extra" buffer type whose tensor traits (tensor->extra) the CPU backend
+// dispatches to (CPU_REPACK: interleaved q4_0/q4_K/iq4_nl layouts, ggml/src/ggml-cpu/repack.cpp).
+bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, bool & repacked, std::string & why) {
     if (w->data == nullptr) {
         why = std::string(w->name) + " has no data in host memory";
+        return false;
+    }
+    const std::string buft = buft_name ? buft_name(w) : std::string();
+    repacked = w->extra != nullptr || buft.find("REPACK") != std::string::npos;
+    if (repacked && (w->extra == nullptr || w->buffer == nullptr)) {
+        why = std::string(w->name) + " is in buffer type " + (buft.empty() ? "?" : buft) + " without the kernel traits that compute it";
         return false;
     }
     return true;
@@ -154,13 +158,31 @@ bool is_dense_f32(const ggml_tensor * t) {
            t->nb[2] == t->nb[1] * t->ne[1] && t->nb[3] == t->nb[2] * t->ne[2];
 }
 
+// `mm` (a MUL_MAT_ID over `input` and `ids`), or ADD_ID(mm, bias, ids) when the layer has the
+// node `biased_name` (gpt-oss: ggml_add_id in build_moe_ffn). Sets *bias. "" or why not.
+std::string expert_matmul(const LayerNodes & ln, ggml_tensor * mm, const char * biased_name, const ggml_tensor * input,
+                          const ggml_tensor * ids, int64_t n_out, ggml_tensor ** out, ggml_tensor ** bias) {
+    if (!is_mul_mat_id(mm, input, ids))
+        return std::string(mm->name) + " is not MUL_MAT_ID over the region's input and ids (op " + std::to_string((int) mm->op) + ")";
+    *out = mm;
+    *bias = nullptr;
+    ggml_tensor * biased = ln.get(biased_name);
+    if (biased == nullptr) return "";
+    ggml_tensor * b = biased->src[1];
+    if (biased->op != GGML_OP_ADD_ID || biased->src[0] != mm || biased->src[2] != ids || b == nullptr)
+        return std::string(biased->name) + " is not ADD_ID(" + mm->name + ", bias, ids)";
+    if (b->type != GGML_TYPE_F32 || b->ne[0] != n_out || b->ne[2] != 1 || b->nb[0] != sizeof(float) || b->data == nullptr)
+        return std::string("bias ") + b->name + " is not f32 [" + std::to_string(n_out) + ", n_expert] in host memory";
+    *out = biased;
+    *bias = b;
+    return "";
+}
+
 bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *> & members,
                  const BufferTypeNameFn & buft_name) {
     std::string & why = r.reason;
-    if (ln.get("gate_up")) { why = "fused gate_up experts (ffn_moe_gate_up) are not supported"; return false; }
-    for (const char * v : {"up_biased", "gate_biased", "down_biased", "gate_up_biased"})
-        if (ln.get(v)) { why = std::string("expert biases (ffn_moe_") + v + ") are not supported"; return false; }
-    for (const char * v : {"up_scaled", "gate_scaled", "down_scaled", "swiglu_limited", "swiglu_oai", "situ"})
+    if (ln.get("gate_up")) { why = "fused gate_up experts (ffn_moe_gate_up, one MUL_MAT_ID for both) are not supported"; return false; }
+    for (const char * v : {"up_scaled", "gate_scaled", "down_scaled", "swiglu_limited", "situ", "gate_up_biased"})
         if (ln.get(v)) { why = std::string("activation/scale variant ffn_moe_") + v + " is not supported"; return false; }
     ggml_tensor * out = ln.get("out");
     ggml_tensor * weighted = ln.get("weighted");
@@ -171,20 +193,58 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     for (const char * v : {"up", "gate", "down", "weighted", "out"})
         if (!ln.get(v)) missing += std::string(missing.empty() ? "" : ", ") + "ffn_moe_" + v;
     if (!missing.empty()) { why = "incomplete pattern: no node " + missing + " in this layer"; return false; }
-    if (weighted->op != GGML_OP_MUL || weighted->src[0] != down) {
-        why = "ffn_moe_weighted is not MUL(down, weights) (weights applied before the FFN?)";
+    ggml_tensor * ids = down->src[2];
+    if (down->op != GGML_OP_MUL_MAT_ID || ids == nullptr || ids->type != GGML_TYPE_I32) { why = "ffn_moe_down is not MUL_MAT_ID with i32 ids"; return false; }
+    r.n_used_ids = ids->ne[0];
+    r.n_tokens = ids->ne[1];
+    // The routing weights multiply either the experts' output (ffn_moe_weighted = MUL(down, weights))
+    // or, in llama4, their input (ffn_moe_weighted = MUL(REPEAT(input), weights), build_moe_ffn's
+    // weight_before_ffn).
+    ggml_tensor * hidden = nullptr, * ffn_in = nullptr, * repeat = nullptr;
+    if (weighted->op == GGML_OP_MUL && weighted->src[0] != nullptr && weighted->src[0]->op == GGML_OP_REPEAT) {
+        r.weight_before = true;
+        repeat = weighted->src[0];
+        hidden = repeat->src[0];
+        ffn_in = weighted;
+        if (hidden == nullptr || repeat->ne[1] != r.n_used_ids || repeat->ne[2] != r.n_tokens || repeat->ne[3] != 1) {
+            why = "ffn_moe_weighted is MUL(REPEAT(x), weights) but the repeat is not [n_embd, n_used, n_tokens]";
+            return false;
+        }
+    } else {
+        hidden = gate->src[1];
+        ffn_in = hidden;
+    }
+    if (hidden == nullptr) { why = "no input to the expert FFN"; return false; }
+    r.n_embd = hidden->ne[0];
+    r.n_ff = gate->ne[0];
+    ggml_tensor * gate_out = nullptr, * up_out = nullptr, * down_out = nullptr;
+    for (std::string w : {expert_matmul(ln, up, "up_biased", ffn_in, ids, r.n_ff, &up_out, &r.up_b),
+                          expert_matmul(ln, gate, "gate_biased", ffn_in, ids, r.n_ff, &gate_out, &r.gate_b)})
+        if (!w.empty()) { why = w; return false; }
+    ggml_tensor * act = down->src[1];
+    if (act == nullptr || act->op != GGML_OP_GLU || act->src[0] != gate_out || act->src[1] != up_out) {
+        why = std::string("the activation ") + (act ? act->name : "?") + " is not GLU(" + gate_out->name + ", " + up_out->name + ")";
         return false;
     }
-    ggml_tensor * ids = down->src[2];
-    ggml_tensor * act = down->src[1];
-    if (down->op != GGML_OP_MUL_MAT_ID || ids == nullptr || act == nullptr) { why = "ffn_moe_down is not MUL_MAT_ID"; return false; }
-    if (act->op != GGML_OP_GLU || act->src[0] != gate || act->src[1] != up) { why = "activation is not GLU(gate, up)"; return false; }
     r.glu_op = (ggml_glu_op) ggml_get_op_params_i32(act, 0);  // ggml_glu_impl, ggml/src/ggml.c
-    if (!is_glu_supported(r.glu_op) || ggml_get_op_params_i32(act, 1) != 0) { why = "unsupported or swapped GLU"; return false; }
-    ggml_tensor * hidden = gate->src[1];
-    if (!is_mul_mat_id(gate, hidden, ids) || !is_mul_mat_id(up, hidden, ids)) {
-        why = "gate/up are not MUL_MAT_ID over the same input and ids";
+    if (!is_glu_supported(r.glu_op) || ggml_get_op_params_i32(act, 1) != 0) {
+        why = std::string("the activation ") + act->name + " is GLU op " + std::to_string((int) r.glu_op) +
+              (ggml_get_op_params_i32(act, 1) ? " (swapped)" : "") + ", not one moezip computes";
         return false;
+    }
+    if (r.glu_op == GGML_GLU_OP_SWIGLU_OAI) {  // ggml_swiglu_oai: alpha and limit in op_params[2], [3]
+        r.glu_alpha = ggml_get_op_params_f32(act, 2);
+        r.glu_limit = ggml_get_op_params_f32(act, 3);
+    }
+    std::string w = expert_matmul(ln, down, "down_biased", act, ids, r.n_embd, &down_out, &r.down_b);
+    if (!w.empty()) { why = w; return false; }
+    ggml_tensor * summed = down_out;  // what the slot views read
+    if (!r.weight_before) {
+        if (weighted->op != GGML_OP_MUL || weighted->src[0] != down_out) {
+            why = std::string("ffn_moe_weighted is not MUL(") + down_out->name + ", weights)";
+            return false;
+        }
+        summed = weighted;
     }
     for (const ggml_tensor * m : {up, gate, down})
         if (has_op_params(m)) {
@@ -195,10 +255,8 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     ggml_tensor * weights = weighted->src[1];
     r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = out;
     r.gate_exps = gate->src[0]; r.up_exps = up->src[0]; r.down_exps = down->src[0];
-    r.n_embd = hidden->ne[0]; r.n_ff = gate->ne[0]; r.n_expert = r.gate_exps->ne[2];
-    r.n_used_ids = ids->ne[0]; r.n_tokens = ids->ne[1];
+    r.n_expert = r.gate_exps->ne[2];
     if (hidden->type != GGML_TYPE_F32 || hidden->ne[1] != 1 || hidden->ne[2] != r.n_tokens) { why = "input is not f32 [n_embd, 1, n_tokens]"; return false; }
-    if (ids->type != GGML_TYPE_I32) { why = "ids are not i32"; return false; }
     if (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used_ids || weights->ne[2] != r.n_tokens) {
         why = "routing weights are not f32 [1, n_used, n_tokens]";
         return false;
@@ -208,13 +266,23 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         return false;
     }
     if (r.down_exps->ne[0] != r.n_ff || r.down_exps->ne[1] != r.n_embd || r.up_exps->ne[1] != r.n_ff) { why = "expert weight shapes disagree"; return false; }
-    for (ggml_tensor * w : {r.gate_exps, r.up_exps, r.down_exps})
-        if (!weight_ok(w, buft_name, why)) return false;
-    r.up = up; r.gate = gate; r.act = act; r.down = down; r.weighted = weighted;
+    for (const ggml_tensor * b : {r.gate_b, r.up_b, r.down_b})
+        if (b != nullptr && b->ne[1] != r.n_expert) { why = std::string("bias ") + b->name + " does not have n_expert columns"; return false; }
+    bool repacked[3] = {false, false, false};
+    ggml_tensor * const exps[3] = {r.gate_exps, r.up_exps, r.down_exps};
+    for (int i = 0; i < 3; ++i)
+        if (!weight_ok(exps[i], buft_name, repacked[i], why)) return false;
+    r.repacked = repacked[0] || repacked[1] || repacked[2];
+    r.up = up_out; r.gate = gate_out; r.act = act; r.down = down_out; r.weighted = summed;
     members = {up, gate, act, down, weighted};
-    if (!collect_sum(out, weighted, r.n_used_ids, members, r.n_used, why)) return false;
-    r.pattern = std::string("up,gate,") + glu_name(r.glu_op) + ",down,weighted,sum" + std::to_string(r.n_used);
-    if (r.n_used != r.n_used_ids) r.pattern += "of" + std::to_string(r.n_used_ids);
+    for (ggml_tensor * t : {up_out, gate_out, down_out, repeat})
+        if (t != nullptr && t != up && t != gate && t != down) members.push_back(t);
+    if (!collect_sum(out, summed, r.n_used_ids, members, r.n_used, why)) return false;
+    std::string p = r.weight_before ? "weight_in," : "";
+    p += std::string("up") + (r.up_b ? ",up_bias" : "") + ",gate" + (r.gate_b ? ",gate_bias" : "") + "," + glu_name(r.glu_op) +
+         ",down" + (r.down_b ? ",down_bias" : "") + (r.weight_before ? "" : ",weighted") + ",sum" + std::to_string(r.n_used);
+    if (r.n_used != r.n_used_ids) p += "of" + std::to_string(r.n_used_ids);
+    r.pattern = p;
     return true;
 }
 

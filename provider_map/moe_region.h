@@ -4,10 +4,13 @@
 // (ffn_moe_logits -> probs -> argsort/topk -> weights [-> norm/scale]) the graph holds, per layer il,
 // nodes named with the suffix "-<il>":
 //   ffn_moe_up   = MUL_MAT_ID(up_exps,   hidden, ids)     [n_ff, n_used, n_tokens]
-//   ffn_moe_gate = MUL_MAT_ID(gate_exps, hidden, ids)     [n_ff, n_used, n_tokens]
-//   ffn_moe_<act>= GLU(gate, up) (swiglu, geglu, reglu; split form, not swapped)
-//   ffn_moe_down = MUL_MAT_ID(down_exps, act, ids)        [n_embd, n_used, n_tokens]
+//                  [ffn_moe_up_biased = ADD_ID(up, up_b, ids): gpt-oss's per-expert biases]
+//   ffn_moe_gate = MUL_MAT_ID(gate_exps, hidden, ids)     [n_ff, n_used, n_tokens]  [+ gate_biased]
+//   ffn_moe_<act>= GLU(gate, up) (swiglu, geglu, reglu, swiglu_oai with alpha and limit; split, not swapped)
+//   ffn_moe_down = MUL_MAT_ID(down_exps, act, ids)        [n_embd, n_used, n_tokens] [+ down_biased]
 //   ffn_moe_weighted = MUL(down, weights[1, n_used, n_tokens])
+//                  (llama4, weight_before_ffn: ffn_moe_weighted = MUL(REPEAT(hidden), weights) is the
+//                  input of up and gate, and the slots of down are summed unweighted)
 //   VIEW(weighted, slot s) for s = 0..n_sum-1, then ADD in slot order 0,1,2,... (CONT when n_sum = 1)
 //   -> ffn_moe_out [n_embd, n_tokens]
 // n_sum is the layer's n_expert_used. It equals ids->ne[0] except in a warmup graph
@@ -20,9 +23,10 @@
 // before first_node.
 //
 // A region is "dispatchable" only when every node and edge matches this pattern exactly; any
-// variant (fused gate_up, biases, weighting before the FFN as in llama4, swiglu_oai, repacked
-// weights, nodes outside the region reading its intermediates ...) is reported with the reason
-// and left to the engine.
+// variant (fused gate_up, biases, weighting before the FFN as in llama4, swiglu_oai, nodes outside
+// the region reading its intermediates ...) is reported with the reason and left to the engine.
+// Expert weights may be in GGUF layout or repacked by the CPU backend (CPU_REPACK): moezip computes
+// with the engine's tensors, buffer and kernel traits included, so the repack kernels run.
 #pragma once
 
 #include "ggml.h"
@@ -45,11 +49,17 @@ struct MoeRegion {
     ggml_tensor * gate_exps = nullptr;   ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;   ///< [n_ff, n_embd, n_expert]
-    /// The region's own intermediate nodes (ffn_moe_up/gate/<act>/down/weighted) f32
-    /// [n_ff or n_embd, n_used_ids, n_tokens], with the memory the engine's graph allocator gave them
+    /// The region's own intermediate nodes f32 [n_ff or n_embd, n_used_ids, n_tokens]: up, gate and
+    /// down after their biases, the activation, and `weighted` = what the slot views sum (down itself
+    /// when the weights were applied before the FFN); with the memory the engine's graph allocator gave them
     /// for this node order (ggml/src/ggml-alloc.c: a node may reuse a dead parent's memory in place).
     ggml_tensor * up = nullptr, * gate = nullptr, * act = nullptr, * down = nullptr, * weighted = nullptr;
     ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;
+    float glu_alpha = 0, glu_limit = 0;  ///< SWIGLU_OAI's parameters (ggml_swiglu_oai), else 0
+    /// Per-expert biases added to up, gate and down by ADD_ID (gpt-oss): f32 [n_ff or n_embd, n_expert], or null.
+    ggml_tensor * up_b = nullptr, * gate_b = nullptr, * down_b = nullptr;
+    /// llama4: each slot's input is hidden * its routing weight and the slots are summed unweighted.
+    bool weight_before = false;
     int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_tokens = 0;
     /// Slots per row that reach ffn_moe_out (the ADD chain's length): the slots moezip computes,
     /// the first n_used of each row's ids. Equal to n_used_ids except in a warmup graph.
@@ -59,6 +69,7 @@ struct MoeRegion {
     std::string reason;                  ///< why not dispatchable ("" when dispatchable)
     std::string pattern;                 ///< e.g. "up,gate,swiglu,down,weighted,sum8" ("sum2of8" in a warmup graph)
     uint64_t plan_id = 0;                ///< the provider plan this region was checked against (GraphRunner)
+    bool repacked = false;               ///< expert weights in a CPU extra buffer type (CPU_REPACK), not GGUF layout
 };
 
 /// Callback used to ask for a weight tensor's buffer type name (e.g. "CPU", "CPU_REPACK");

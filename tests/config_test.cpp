@@ -54,6 +54,18 @@ const BadCase bad_cases[] = {
     {"integer_out_of_range.toml", "2:14", "dispatch.timeout_ms", "integer 99999999999999999999 does not fit in 64 bits"},
     {"not_toml.toml", "1:", "", "not valid TOML"},
     {"not_utf8.toml", "2:", "", "not a UTF-8 text file"},
+    // inputs toml++ 3.3.0 did not survive (abort or __builtin_unreachable; config_precheck.cpp)
+    {"array_closing_brace.toml", "3:9", "mode", "not valid TOML (expected a value or ']' in the array, saw '}')"},
+    {"table_header_without_name.toml", "4:2", "", "a table header needs a name"},
+    {"non_ascii_outside_string.toml", "3:4", "mod\xc3\xa9", "'\xc3\xa9' (U+00E9) outside a string or comment"},
+    {"non_ascii_after_line_ending_backslash.toml", "4:5", "report", "(U+00E9) as the first character after a line-ending backslash"},
+    {"key_too_many_parts.toml", "2:32", "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q", "a key of more than 16 dotted parts"},
+    {"nested_too_deep.toml", "3:21", "x", "arrays and inline tables nested more than 16 deep"},
+    // endpoints the config check rejects rather than zmq at connect time
+    {"ipc_path_too_long.toml", "5", "worker[0].endpoint", "(ipc path is 125 bytes; a Unix socket path holds at most 107)"},
+    {"tcp_port_not_a_number.toml", "2", "worker[0].endpoint", "(port must be 1..65535, got \"56o1\")"},
+    {"tcp_host_empty.toml", "5", "worker[1].endpoint", "got \"tcp://:5602\" (empty host)"},
+    {"tcp_host_with_space.toml", "2", "worker[0].endpoint", "(host \"10.0.0.2 \" contains a space)"},
 };
 
 const char * good_files[] = {"observe_minimal.toml", "rows_two_workers.toml", "experts_split.toml"};
@@ -114,6 +126,30 @@ TEST(ConfigFile, SeveralProblemsAreAllReportedInLineOrder) {
     ASSERT_NE(c, std::string::npos) << st.message();
     EXPECT_LT(a, b);
     EXPECT_LT(b, c);
+}
+
+// Found by tests/fuzz/config_fuzz.cpp: toml++ echoes the line break it read ("saw 'tr<LF>'"), which
+// split one problem over two log lines, the second without file or prefix.
+TEST(ConfigFile, SyntaxErrorIsOneLineEvenWhenTomlppEchoesALineBreak) {
+    Config cfg;
+    Status st = config_load_string("mode = \"observe\"\nno_repack = tr\ne\n", "m.toml", cfg);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("m.toml:2:15: no_repack: not valid TOML (boolean: expected 'true', saw 'tr\\n') in line: no_repack = tr"),
+              std::string::npos) << st.message();
+}
+
+// Found by tests/fuzz/config_fuzz.cpp: an expert range or a quoted key holding a line break (a TOML
+// "\n" escape) was copied into the message as it was, splitting one problem over two lines.
+TEST(ConfigFile, ValuesAndKeysWithLineBreaksStayOnOneMessageLine) {
+    Config cfg;
+    Status st = config_load_string("[experts]\nlocal = \"1\\n2\"\n\"bad\\nkey\" = 1\n", "m.toml", cfg);
+    ASSERT_FALSE(st.is_ok());
+    const std::string & m = st.message();
+    EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 1) << m;
+    EXPECT_NE(m.find("m.toml:2: experts.local: expected expert ranges like \"0-3,8\", got \"1\\u000a2\" (\"1\\u000a2\": expected an expert id"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("\nm.toml:3: experts.\"bad\\u000akey\": unknown key"), std::string::npos) << m;
 }
 
 TEST(ConfigFile, RowsFixtureResolvesEveryField) {

@@ -19,7 +19,13 @@ using moezip_test::reference_api;
 namespace {
 
 /// Variants of build_moe_ffn the recogniser must tell apart.
-enum class Variant { standard, top1, fused_gate_up, weight_before_ffn, foreign_reader, shared_expert_after, precision_on_down };
+enum class Variant {
+    standard, top1, fused_gate_up, weight_before_ffn, foreign_reader, shared_expert_after,
+    gpt_oss,      ///< per-expert biases on up, gate and down (ggml_add_id) and swiglu_oai (alpha 1.702, limit 7)
+    llama4,       ///< top-1, routing weight applied to the input (weight_before_ffn)
+    warmup,       ///< every expert routed (n_used = n_expert) but only 2 slots summed (llama_set_warmup)
+    precision_on_down,  ///< a precision set on the down matmul, as newer ggml's ggml_prec_set_acc does
+};
 
 struct MoeGraph {
     ggml_context * ctx = nullptr;
@@ -37,7 +43,11 @@ void fill(ggml_tensor * t, std::mt19937 & rng, float scale) {
 // One MoE layer (il = 0) as build_moe_ffn makes it: router, top-k, weights normalised, experts.
 void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int64_t n_expert = 8, int64_t n_used = 2,
            int64_t n_tokens = 7) {
-    if (v == Variant::top1) n_used = 1;
+    if (v == Variant::top1 || v == Variant::llama4) n_used = 1;
+    const int64_t n_sum = v == Variant::warmup ? n_used : 0;  // slots the ADD chain sums (warmup only)
+    if (v == Variant::warmup) n_used = n_expert;
+    const bool before = v == Variant::weight_before_ffn || v == Variant::llama4;
+    const bool biases = v == Variant::gpt_oss;
     ggml_init_params ip = {64u << 20, nullptr, false};
     g.ctx = ggml_init(ip);
     ggml_context * ctx = g.ctx;
@@ -48,7 +58,13 @@ void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int6
     ggml_tensor * up_exps = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_embd, n_ff, n_expert);
     ggml_tensor * gate_up_exps = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_embd, 2 * n_ff, n_expert);
     ggml_tensor * down_exps = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_ff, n_embd, n_expert);
-    for (ggml_tensor * t : {cur, gate_inp, gate_exps, up_exps, gate_up_exps, down_exps}) fill(t, rng, 0.5f);
+    ggml_tensor * up_b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ff, n_expert);
+    ggml_tensor * gate_b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ff, n_expert);
+    ggml_tensor * down_b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd, n_expert);
+    for (ggml_tensor * t : {cur, gate_inp, gate_exps, up_exps, gate_up_exps, down_exps, up_b, gate_b, down_b}) fill(t, rng, 0.5f);
+    ggml_set_name(up_b, "blk.0.ffn_up_exps.bias");
+    ggml_set_name(gate_b, "blk.0.ffn_gate_exps.bias");
+    ggml_set_name(down_b, "blk.0.ffn_down_exps.bias");
     ggml_set_name(gate_exps, "blk.0.ffn_gate_exps.weight");
     ggml_set_name(up_exps, "blk.0.ffn_up_exps.weight");
     ggml_set_name(down_exps, "blk.0.ffn_down_exps.weight");
@@ -69,7 +85,7 @@ void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int6
     ggml_build_forward_expand(g.gf, weights);
 
     ggml_tensor * x = ggml_reshape_3d(ctx, cur, n_embd, 1, n_tokens);
-    if (v == Variant::weight_before_ffn) {
+    if (before) {
         x = ggml_mul(ctx, ggml_repeat_4d(ctx, x, n_embd, n_used, n_tokens, 1), weights);
         ggml_set_name(x, "ffn_moe_weighted-0");
     }
@@ -79,34 +95,49 @@ void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int6
         ggml_set_name(gu, "ffn_moe_gate_up-0");
         gate = ggml_view_3d(ctx, gu, n_ff, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], 0);
         up = ggml_view_3d(ctx, gu, n_ff, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], n_ff * gu->nb[0]);
-    } else {
+        ggml_set_name(up, "ffn_moe_up-0");
+        ggml_set_name(gate, "ffn_moe_gate-0");
+    } else {  // build_moe_ffn's order: up [+ bias], then gate [+ bias]
         up = ggml_mul_mat_id(ctx, up_exps, x, selected);
+        ggml_set_name(up, "ffn_moe_up-0");
+        if (biases) {
+            up = ggml_add_id(ctx, up, up_b, selected);
+            ggml_set_name(up, "ffn_moe_up_biased-0");
+        }
         gate = ggml_mul_mat_id(ctx, gate_exps, x, selected);
+        ggml_set_name(gate, "ffn_moe_gate-0");
+        if (biases) {
+            gate = ggml_add_id(ctx, gate, gate_b, selected);
+            ggml_set_name(gate, "ffn_moe_gate_biased-0");
+        }
     }
-    ggml_set_name(up, "ffn_moe_up-0");
-    ggml_set_name(gate, "ffn_moe_gate-0");
-    ggml_tensor * act = ggml_swiglu_split(ctx, gate, up);
-    ggml_set_name(act, "ffn_moe_swiglu-0");
+    ggml_tensor * act = biases ? ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f) : ggml_swiglu_split(ctx, gate, up);
+    ggml_set_name(act, biases ? "ffn_moe_swiglu_oai-0" : "ffn_moe_swiglu-0");
     ggml_tensor * experts = ggml_mul_mat_id(ctx, down_exps, act, selected);
     ggml_set_name(experts, "ffn_moe_down-0");
     // as ggml_prec_set_acc(experts, GGML_PREC_F32) does in newer ggml (node-llama-cpp 3.22's, for mistral4)
     if (v == Variant::precision_on_down) ggml_set_op_params_i32(experts, 0, 10);
-    if (v != Variant::weight_before_ffn) {
+    if (biases) {
+        experts = ggml_add_id(ctx, experts, down_b, selected);
+        ggml_set_name(experts, "ffn_moe_down_biased-0");
+    }
+    if (!before) {
         experts = ggml_mul(ctx, experts, weights);
         ggml_set_name(experts, "ffn_moe_weighted-0");
     }
     ggml_build_forward_expand(g.gf, experts);
+    const int64_t n_summed = n_sum > 0 ? n_sum : n_used;
     std::vector<ggml_tensor *> views;
-    for (int64_t i = 0; i < n_used; ++i) {
+    for (int64_t i = 0; i < n_summed; ++i) {
         views.push_back(ggml_view_2d(ctx, experts, n_embd, n_tokens, experts->nb[2], i * experts->nb[1]));
         ggml_build_forward_expand(g.gf, views.back());
     }
     ggml_tensor * moe_out = views[0];
-    for (int64_t i = 1; i < n_used; ++i) {
+    for (int64_t i = 1; i < n_summed; ++i) {
         moe_out = ggml_add(ctx, moe_out, views[i]);
         ggml_build_forward_expand(g.gf, moe_out);
     }
-    if (n_used == 1) moe_out = ggml_cont(ctx, moe_out);
+    if (n_summed == 1) moe_out = ggml_cont(ctx, moe_out);
     ggml_set_name(moe_out, "ffn_moe_out-0");
     ggml_tensor * result = moe_out;
     if (v == Variant::foreign_reader) result = ggml_add(ctx, moe_out, ggml_cont(ctx, ggml_view_2d(ctx, experts, n_embd, n_tokens, experts->nb[2], 0)));
@@ -170,13 +201,29 @@ TEST(MoeRegion, FusedGateUpIsReportedNotDispatchable) {
     EXPECT_NE(regions[0].reason.find("fused gate_up"), std::string::npos) << regions[0].reason;
 }
 
-TEST(MoeRegion, WeightingBeforeTheFfnIsReportedNotDispatchable) {
-    MoeGraph g;
-    build(g, Variant::weight_before_ffn);
-    auto regions = regions_of(g);
-    ASSERT_EQ(regions.size(), 1u);
-    EXPECT_FALSE(regions[0].dispatchable);
-    EXPECT_NE(regions[0].reason.find("ffn_moe_weighted is not MUL(down, weights)"), std::string::npos) << regions[0].reason;
+TEST(MoeRegion, RecognisesTheVariantsOfBuildMoeFfn) {
+    struct Case { Variant v; const char * pattern; bool before; bool biases; int64_t n_used, n_used_ids; };
+    for (const Case & c : {Case{Variant::weight_before_ffn, "weight_in,up,gate,swiglu,down,sum2", true, false, 2, 2},
+                           Case{Variant::llama4, "weight_in,up,gate,swiglu,down,sum1", true, false, 1, 1},
+                           Case{Variant::gpt_oss, "up,up_bias,gate,gate_bias,swiglu_oai,down,down_bias,weighted,sum2", false, true, 2, 2},
+                           Case{Variant::warmup, "up,gate,swiglu,down,weighted,sum2of8", false, false, 2, 8}}) {
+        MoeGraph g;
+        build(g, c.v);
+        auto regions = regions_of(g);
+        ASSERT_EQ(regions.size(), 1u);
+        const MoeRegion & r = regions[0];
+        EXPECT_TRUE(r.dispatchable) << c.pattern << ": " << r.reason;
+        EXPECT_EQ(r.pattern, c.pattern);
+        EXPECT_EQ(r.weight_before, c.before) << c.pattern;
+        EXPECT_EQ(r.up_b != nullptr && r.gate_b != nullptr && r.down_b != nullptr, c.biases) << c.pattern;
+        EXPECT_EQ(r.n_used, c.n_used) << c.pattern;
+        EXPECT_EQ(r.n_used_ids, c.n_used_ids) << c.pattern;
+        if (c.biases) {
+            EXPECT_EQ(r.glu_op, GGML_GLU_OP_SWIGLU_OAI);
+            EXPECT_FLOAT_EQ(r.glu_alpha, 1.702f);
+            EXPECT_FLOAT_EQ(r.glu_limit, 7.0f);
+        }
+    }
 }
 
 TEST(MoeRegion, AReaderOfAnIntermediateOutsideTheRegionMakesItNotDispatchable) {
@@ -241,16 +288,31 @@ TEST_P(RunnerBitIdentity, PiecewiseWithLocalRegionEqualsWholeGraph) {
     EXPECT_EQ(ev.logits[0].xxh3, XXH3_64bits(ref_res->data, ggml_nbytes(ref_res)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, RunnerBitIdentity, ::testing::Values(Variant::standard, Variant::top1, Variant::shared_expert_after),
-                         [](const ::testing::TestParamInfo<Variant> & i) {
-                             return std::string(i.param == Variant::standard ? "standard" : i.param == Variant::top1 ? "top1" : "shared_expert");
-                         });
+const char * variant_name(Variant v) {
+    switch (v) {
+        case Variant::standard: return "standard";
+        case Variant::top1: return "top1";
+        case Variant::shared_expert_after: return "shared_expert";
+        case Variant::weight_before_ffn: return "weight_before_ffn";
+        case Variant::llama4: return "llama4";
+        case Variant::gpt_oss: return "gpt_oss";
+        case Variant::warmup: return "warmup";
+        default: return "other";
+    }
+}
 
-TEST(MoeExecutor, PerSlotPairsEqualTheBatchedRows) {
+INSTANTIATE_TEST_SUITE_P(Variants, RunnerBitIdentity,
+                         ::testing::Values(Variant::standard, Variant::top1, Variant::shared_expert_after, Variant::weight_before_ffn,
+                                           Variant::llama4, Variant::gpt_oss, Variant::warmup),
+                         [](const ::testing::TestParamInfo<Variant> & i) { return std::string(variant_name(i.param)); });
+
+class PairsEqualRows : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(PairsEqualRows, PerSlotPairsEqualTheBatchedRows) {
     // experts mode sends (row, slot) pairs with k = 1; rows mode sends rows with k = n_used: same bits
     const GgmlApi & api = reference_api();
     MoeGraph g;
-    build(g, Variant::standard);
+    build(g, GetParam());
     auto regions = regions_of(g);
     ASSERT_EQ(regions.size(), 1u);
     ggml_cplan plan = api.ggml_graph_plan(g.gf, 1, nullptr);
@@ -272,6 +334,9 @@ TEST(MoeExecutor, PerSlotPairsEqualTheBatchedRows) {
     ASSERT_TRUE(exec.compute_slots(region_expert_weights(r), p, pairs.data()));
     EXPECT_EQ(memcmp(batched.data(), pairs.data(), batched.size() * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, PairsEqualRows, ::testing::Values(Variant::standard, Variant::llama4, Variant::gpt_oss, Variant::warmup),
+                         [](const ::testing::TestParamInfo<Variant> & i) { return std::string(variant_name(i.param)); });
 
 TEST(MoeExecutor, RejectsAnExpertIdOutOfRangeWithoutAborting) {
     const GgmlApi & api = reference_api();

@@ -157,3 +157,25 @@ TEST(NodeCli, PreloadLocalModeGivesSameTextAndHandlesEveryMoeLayer) {
     EXPECT_GT(j["logits"]["count"].get<long long>(), 0);
     EXPECT_EQ(j["errors"]["count"], 0) << j["errors"].dump(1);
 }
+
+// A config toml++ 3.3.0 aborted on (exit 134 before config_precheck): under the node CLI it is a named
+// error, and strict = true written above it makes the host exit with status 3 (docs/config.md).
+TEST(NodeCli, ConfigTomlppAbortedOnIsANamedErrorAndStrictExits3) {
+    const std::string missing = node_missing();
+    ASSERT_TRUE(missing.empty()) << missing;
+    const std::string model = stories_moe_8x2();
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("NodeCli.BadConfig");
+    const std::string config = dir + "/moezip.toml";
+    {
+        FILE * f = fopen(config.c_str(), "w");
+        ASSERT_NE(f, nullptr) << config;
+        fprintf(f, "strict = true\nreport = \"%s/r.%%p.json\"\nmode = [}\n", dir.c_str());
+        fclose(f);
+    }
+    CommandResult r = node_complete(model, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", config}});
+    EXPECT_EQ(r.exit_code, 3) << r.out << "\n" << r.err;
+    EXPECT_NE(r.err.find(config + ":3:9: mode: not valid TOML (expected a value or ']' in the array, saw '}')"),
+              std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("strict = true: exiting (status 3)"), std::string::npos) << r.err;
+}

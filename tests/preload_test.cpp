@@ -69,6 +69,18 @@ TEST_P(ObserveVsLocal, LogitsBitIdenticalAndEveryRegionIntercepted) {
         EXPECT_EQ(layer["calls"], 33) << layer.dump();
         EXPECT_EQ(layer["passthrough"], 0) << layer.dump();
     }
+    // routing statistics: every slot handled is counted once, for one of the 8 experts; the 31
+    // one-row graphs (decode) apart from the two prefill ubatches
+    ASSERT_EQ(loc["routing"].size(), loc["layers"].size());
+    for (size_t i = 0; i < loc["routing"].size(); ++i) {
+        const json & rt = loc["routing"][i];
+        uint64_t prefill = 0, decode = 0;
+        for (const auto & n : rt["prefill"]) prefill += n.get<uint64_t>();
+        for (const auto & n : rt["decode"]) decode += n.get<uint64_t>();
+        EXPECT_EQ(rt["decode"].size(), 8u) << rt.dump();
+        EXPECT_EQ(prefill + decode, loc["layers"][i]["slots"].get<uint64_t>()) << rt.dump();
+        EXPECT_EQ(decode, 31u * 2) << "31 decode graphs of one row, top-2: " << rt.dump();
+    }
     EXPECT_EQ(loc["checks"]["identity_failed"], 0);
     EXPECT_EQ(loc["checks"]["regions_passthrough"], 0);
     EXPECT_EQ(loc["checks"]["regions_handled"], 66);
@@ -93,22 +105,6 @@ TEST(Preload, HookedRunEqualsUnhookedRun) {
     CommandResult hooked = run_hooked(model, cfg, dir + "/hooked.json");
     ASSERT_EQ(hooked.exit_code, 0) << hooked.err;
     EXPECT_EQ(load_json(dir + "/plain.json")["logits_xxh3"], load_json(dir + "/hooked.json")["logits_xxh3"]);
-}
-
-TEST(Preload, RepackedWeightsAreNotDispatchableAndRequireInterceptFailsLoudly) {
-    std::string model = fixture_model({"--preset", "small", "--type", "q4_K"});
-    std::string dir = test_dir("repacked");
-    std::string cfg = write_config(dir, "local.toml", "mode = \"local\"\nrequire_intercept = true\nreport = \"" + dir + "/r.json\"\n");
-    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "2", "--quiet"},
-                                  {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
-    EXPECT_EQ(r.exit_code, 4) << r.err;
-    EXPECT_NE(r.err.find("require_intercept"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("layers 0, 1"), std::string::npos) << r.err;
-    json rep = load_json(dir + "/r.json");
-    for (const auto & p : rep["provider_map"]) {
-        EXPECT_FALSE(p["dispatchable"].get<bool>());
-        EXPECT_NE(p["reason"].get<std::string>().find("repacked"), std::string::npos);
-    }
 }
 
 TEST(Preload, NoRepackKeepsExpertsInGgufLayout) {
@@ -256,5 +252,53 @@ TEST(Preload, BadConfigWithRequireInterceptFailsTheRunLoudly) {
     json rep = load_json(dir + "/r.json");  // the report goes where the file said, even so
     EXPECT_EQ(rep["state"], "passthrough");
 }
+
+} // namespace
+
+namespace {
+
+// The engine's default repacks q4_0 and q4_K experts (CPU_REPACK) on AVX2/AVX-512 machines: moezip
+// computes them with the engine's tensors, buffer and kernel traits, so the repack kernels run here
+// too. Shard mode cannot slice interleaved rows; a worker holding GGUF layout is refused by name.
+class RepackedExperts : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(RepackedExperts, LocalModeRunsTheRepackKernelsAndOtherModesSayWhatTheyCannotDo) {
+    const ModelCase mc = GetParam();
+    std::string model = fixture_model({"--preset", mc.preset, "--type", mc.type});
+    Cluster c{test_dir(std::string("repacked_") + mc.type), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    auto run = [&](const std::string & name, const std::string & body) {
+        std::ofstream(c.dir + "/" + name + ".toml") << "report = \"" << c.dir << "/" << name << ".json\"\n" << body;
+        return run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "64", "-b", "32", "-n", "16", "--quiet",
+                              "--json", c.dir + "/" + name + "-run.json"}, c.dir + "/" + name + ".toml");
+    };
+    ASSERT_EQ(run("observe", "mode = \"observe\"\n").exit_code, 0);
+    CommandResult loc = run("local", "mode = \"local\"\nrequire_intercept = true\n");
+    ASSERT_EQ(loc.exit_code, 0) << loc.err;
+    EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/local.json"}).exit_code, 0);
+    json rep = load_json(c.dir + "/local.json");
+    for (const auto & p : rep["provider_map"]) {
+        EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
+        EXPECT_EQ(p["weights"][0]["buffer_type"], "CPU_REPACK") << "this CPU does not repack " << mc.type << ": " << p.dump();
+    }
+    EXPECT_EQ(rep["checks"]["regions_passthrough"], 0);
+
+    CommandResult shard = run("shard", "mode = \"shard\"\n[shard]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
+                                           c.workers[0]->endpoint() + "\"\nshare = 0.5\n");
+    ASSERT_EQ(shard.exit_code, 0) << shard.err;
+    EXPECT_EQ(load_json(c.dir + "/shard-run.json")["logits_xxh3"], load_json(c.dir + "/observe-run.json")["logits_xxh3"]);
+    rep = load_json(c.dir + "/shard.json");
+    EXPECT_NE(rep["provider_map"][0].value("reason", "").find("CPU_REPACK interleaves"), std::string::npos) << rep["provider_map"][0].dump();
+
+    CommandResult ex = run("experts", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[[worker]]\nendpoint = \"" +
+                                          c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n");
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/experts.json"}).exit_code, 0);
+    EXPECT_NE(ex.err.find("it holds the experts in gguf layout, this host in repacked"), std::string::npos) << ex.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RepackedExperts,
+                         ::testing::Values(ModelCase{"tiny", "q4_0"}, ModelCase{"small", "q4_K"}),
+                         [](const ::testing::TestParamInfo<ModelCase> & i) { return std::string(i.param.type); });
 
 } // namespace

@@ -12,20 +12,6 @@ using namespace moezip_test;
 
 namespace {
 
-const char * const stories_sha256 = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
-
-// Path of stories260K.gguf after checking its sha256; "" (and a test failure) if it is wrong.
-std::string stories_model() {
-    const std::string path = shared_dir() + "/fixtures/stories260K.gguf";
-    const std::string sha = sha256_file(path);
-    if (sha != stories_sha256) {
-        ADD_FAILURE() << path << " is missing or not the expected file: sha256 '" << sha << "', expected "
-                      << stories_sha256 << " (see shared/fixtures/SOURCES.md)";
-        return "";
-    }
-    return path;
-}
-
 CommandResult run_tool(std::vector<std::string> args) {
     args.insert(args.begin(), bin_path("moezip-run"));
     return run_command(args, {}, 120);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -117,13 +118,53 @@ CommandResult run_command(const std::vector<std::string> & argv,
     return res;
 }
 
-std::string fixture_model(const std::vector<std::string> & args) {
+static std::string fixture_name(const std::vector<std::string> & args) {
     std::string name;
     for (const auto & a : args) {
         std::string part = a;
-        for (char & c : part) if (c == '-' || c == '/' || c == ' ') c = '_';
+        for (char & c : part) if (c == '-' || c == '/' || c == ' ' || c == ',') c = '_';
         name += part;
     }
+    return name;
+}
+
+/// <prefix>-%05d-of-%05d.gguf for part k (0-based) of n.
+static std::string part_name(const std::string & prefix, int k, int n) {
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", k + 1, n);
+    return prefix + suffix;
+}
+
+std::string split_part_path(const std::string & first, int k, int n) {
+    const size_t suffix_len = part_name("", 0, n).size();
+    return part_name(first.substr(0, first.size() - std::min(first.size(), suffix_len)), k, n);
+}
+
+std::string fixture_model_split(const std::vector<std::string> & args, int n_split) {
+    const std::string dir = build_dir() + "/fixtures";
+    const std::string name = fixture_name(args) + "_split" + std::to_string(n_split);
+    const std::string prefix = dir + "/" + name;
+    struct stat st;
+    if (stat(part_name(prefix, n_split - 1, n_split).c_str(), &st) == 0 && st.st_size > 0) return part_name(prefix, 0, n_split);
+    const std::string tmp = prefix + ".tmp";  // written there, then moved part by part: the last part appears last
+    run_command({"/bin/rm", "-rf", tmp});
+    run_command({"/bin/mkdir", "-p", tmp});
+    std::vector<std::string> argv = {bin_path("moezip-fixture")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--split-files", std::to_string(n_split), "-o", tmp + "/" + name + ".gguf"});
+    CommandResult r = run_command(argv, {}, 900);
+    if (r.exit_code != 0) {
+        ADD_FAILURE() << "moezip-fixture --split-files failed (" << r.exit_code << "): " << r.err;
+        return "";
+    }
+    for (int k = 0; k < n_split; ++k)
+        rename(part_name(tmp + "/" + name, k, n_split).c_str(), part_name(prefix, k, n_split).c_str());
+    run_command({"/bin/rm", "-rf", tmp});
+    return part_name(prefix, 0, n_split);
+}
+
+std::string fixture_model(const std::vector<std::string> & args) {
+    const std::string name = fixture_name(args);
     std::string dir = build_dir() + "/fixtures";
     std::string path = dir + "/" + name + ".gguf";
     struct stat st;
@@ -139,6 +180,22 @@ std::string fixture_model(const std::vector<std::string> & args) {
         return "";
     }
     rename((path + ".tmp").c_str(), path.c_str());
+    return path;
+}
+
+std::string stories_model() {
+    static const char * const sha256 = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
+    const std::string path = shared_dir() + "/fixtures/stories260K.gguf";
+    const std::string sha = sha256_file(path);
+    if (sha.empty()) {
+        ADD_FAILURE() << "cannot read " << path << " (set MOEZIP_SHARED to the shared folder)";
+        return "";
+    }
+    if (sha != sha256) {
+        ADD_FAILURE() << path << " has sha256 " << sha << ", expected " << sha256
+                      << " (see fixtures/SOURCES.md in the shared folder): wrong or damaged copy";
+        return "";
+    }
     return path;
 }
 

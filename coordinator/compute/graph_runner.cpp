@@ -4,6 +4,7 @@
 #include "coordinator/base/test_fault.h"
 #include "coordinator/wire/transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -76,6 +77,13 @@ bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<
                 now.plan_id = ++ev_.plans_made;  // first sight of these weights: they get a plan
                 it = ev_.provider_map.emplace(now.plan_id, now).first;
                 if (!r.dispatchable) LOG_WARN("layer %d is not dispatchable: %s", r.il, r.reason.c_str());
+            }
+            if (r.dispatchable && handler_ != nullptr && opt_.handle_regions) {
+                std::string why = handler_->refuses(r);  // recognised, but not computable in this mode
+                if (!why.empty()) {
+                    r.dispatchable = false;
+                    r.reason = why;
+                }
             }
             ProviderEntry & p = it->second;
             p.dispatchable = r.dispatchable;
@@ -211,6 +219,9 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
                                     "(see the report's errors)");
         return GGML_STATUS_FAILED;
     }
+    int64_t max_rows = 0;
+    for (const MoeRegion & r : regions) max_rows = std::max(max_rows, r.n_tokens);
+    const bool decode_graph = max_rows <= 1;
     int pos = 0;
     for (size_t i = 0; i < regions.size(); ++i) {
         if (!handle[i]) continue;
@@ -221,6 +232,10 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         auto t0 = std::chrono::steady_clock::now();
         LayerCounters delta;
         std::vector<std::string> recovered;
+        if (r.n_tokens > 0) {  // the router ran: its choices are this region's ids (read before anything reuses them)
+            std::lock_guard<std::mutex> lock(mu_);
+            ev_.add_routing(r.il, r.ids, r.n_used, r.n_expert, decode_graph);
+        }
         // A region can have no rows (the last layer of a ubatch whose outputs are not requested).
         Status st = r.n_tokens > 0 ? handle_region(r, delta, recovered) : Status::ok();
         double ms = ms_between(t0, std::chrono::steady_clock::now());

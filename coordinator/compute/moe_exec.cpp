@@ -8,11 +8,16 @@ namespace moezip {
 namespace {
 
 // A metadata-only copy of an external tensor that points at its data; fails when the layout is
-// not the dense one ggml would give (we never guess strides).
+// not the dense one ggml would give (we never guess strides). Its buffer and extra are the source's:
+// for weights the CPU backend repacked (CPU_REPACK) they are how the backend finds the repack
+// kernels (ggml_cpu_extra_compute_forward, ggml/src/ggml-cpu/traits.cpp), so this graph runs the
+// kernels the engine's own node runs.
 ggml_tensor * external_tensor(const GgmlApi & api, ggml_context * ctx, const ggml_tensor * src) {
     ggml_tensor * t = api.ggml_new_tensor_3d(ctx, src->type, src->ne[0], src->ne[1], src->ne[2]);
     for (int i = 0; i < 4; ++i) if (t->nb[i] != src->nb[i]) return nullptr;
     t->data = src->data;
+    t->buffer = src->buffer;
+    t->extra = src->extra;
     return t;
 }
 
@@ -47,6 +52,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
     if (sliced) {
+        if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
+            return Status::unsupported("an n_ff slice of repacked expert weights (their rows are interleaved)");
         const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
         if (w.ff_first < 0 || w.ff_first + w.ff_count > n_ff_all || w.ff_first % blk != 0 || w.ff_count % blk != 0)
             return Status::invalid_argument("n_ff slice [" + std::to_string(w.ff_first) + ", " + std::to_string(w.ff_first + w.ff_count) +
@@ -58,7 +65,7 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
                                             std::to_string(n_expert) + ")");
     }
 
-    const size_t n_tensors = 16;
+    const size_t n_tensors = 24;
     meta_.resize(n_tensors * api_.ggml_tensor_overhead() + api_.ggml_graph_overhead_custom(n_tensors, false));
     ggml_init_params ip = {meta_.size(), meta_.data(), /*no_alloc =*/ true};
     ggml_context * ctx = api_.ggml_init(ip);
@@ -77,6 +84,20 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
         api_.ggml_free(ctx);
         return Status::invalid_argument("expert weights are not densely laid out");
     }
+    ggml_tensor * biases[3] = {nullptr, nullptr, nullptr};  // gate, up, down
+    const ggml_tensor * const bias_src[3] = {w.gate_b, w.up_b, w.down_b};
+    for (int i = 0; i < 3; ++i) {
+        if (bias_src[i] == nullptr) continue;
+        if (sliced) {
+            api_.ggml_free(ctx);
+            return Status::unsupported("an n_ff slice of experts with biases");
+        }
+        biases[i] = external_tensor(api_, ctx, bias_src[i]);
+        if (biases[i] == nullptr) {
+            api_.ggml_free(ctx);
+            return Status::invalid_argument("expert biases are not densely laid out");
+        }
+    }
     // [n_embd, 1, n_rows]: one input row per token, broadcast to its k slots (as in build_moe_ffn).
     ggml_tensor * x = api_.ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_embd, 1, b.n_rows);
     x->nb[2] = b.hidden_stride;
@@ -87,20 +108,33 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     ggml_tensor * weights = api_.ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, b.k, b.n_rows);
     weights->data = const_cast<float *>(b.weights);
 
-    ggml_tensor * up = api_.ggml_mul_mat_id(ctx, up_w, x, ids);       // [n_ff, k, n_rows]
-    ggml_tensor * gate = api_.ggml_mul_mat_id(ctx, gate_w, x, ids);   // [n_ff, k, n_rows]
-    ggml_tensor * act = api_.ggml_glu_split(ctx, gate, up, w.glu_op); // [n_ff, k, n_rows]
-    ggml_tensor * down = api_.ggml_mul_mat_id(ctx, down_w, act, ids); // [n_embd, k, n_rows]
-    ggml_tensor * weighted = api_.ggml_mul(ctx, down, weights);       // [n_embd, k, n_rows]
+    // build_moe_ffn's order: [weight the input], up [+ bias], gate [+ bias], activation, down [+ bias],
+    // [weight the output]. Every node but the last is an intermediate; the last writes `out`.
+    std::vector<ggml_tensor *> nodes;
+    auto add = [&nodes](ggml_tensor * t) { nodes.push_back(t); return t; };
+    ggml_tensor * in = x;
+    if (w.weight_before) in = add(api_.ggml_mul(ctx, add(api_.ggml_repeat_4d(ctx, x, n_embd, b.k, b.n_rows, 1)), weights));
+    ggml_tensor * up = add(api_.ggml_mul_mat_id(ctx, up_w, in, ids));             // [n_ff, k, n_rows]
+    if (biases[1]) up = add(api_.ggml_add_id(ctx, up, biases[1], ids));
+    ggml_tensor * gate = add(api_.ggml_mul_mat_id(ctx, gate_w, in, ids));         // [n_ff, k, n_rows]
+    if (biases[0]) gate = add(api_.ggml_add_id(ctx, gate, biases[0], ids));
+    ggml_tensor * act = add(w.glu_op == GGML_GLU_OP_SWIGLU_OAI ? api_.ggml_swiglu_oai(ctx, gate, up, w.glu_alpha, w.glu_limit)
+                                                              : api_.ggml_glu_split(ctx, gate, up, w.glu_op));  // [n_ff, k, n_rows]
+    ggml_tensor * down = add(api_.ggml_mul_mat_id(ctx, down_w, act, ids));        // [n_embd, k, n_rows]
+    if (biases[2]) add(api_.ggml_add_id(ctx, down, biases[2], ids));
+    if (!w.weight_before) add(api_.ggml_mul(ctx, nodes.back(), weights));         // [n_embd, k, n_rows]
+    ggml_tensor * weighted = nodes.back();
+    nodes.pop_back();
 
-    if (bufs != nullptr) {
+    const bool plain = nodes.size() == 4;  // up, gate, act, down: the engine's node memory fits (MoeBuffers)
+    if (bufs != nullptr && plain) {
         up->data = bufs->up; gate->data = bufs->gate; act->data = bufs->act; down->data = bufs->down;
     } else {
         size_t need = 0;
-        for (ggml_tensor * t : {up, gate, act, down}) need += (api_.ggml_nbytes(t) + 63) / 64 * 64;
+        for (ggml_tensor * t : nodes) need += (api_.ggml_nbytes(t) + 63) / 64 * 64;
         if (scratch_.size() < need) scratch_.resize(need);
         size_t used = 0;
-        for (ggml_tensor * t : {up, gate, act, down}) t->data = carve(scratch_, used, api_.ggml_nbytes(t));
+        for (ggml_tensor * t : nodes) t->data = carve(scratch_, used, api_.ggml_nbytes(t));
     }
     weighted->data = out;
 

@@ -3,6 +3,9 @@
 // For rows r and slots s (the k experts selected for a row) it computes, like build_moe_ffn in
 // src/llama-graph.cpp:
 //   slot[r, s] = weights[s, r] * down_e( act( gate_e(x_r), up_e(x_r) ) ),  e = ids[s, r]
+// with the variants build_moe_ffn has: per-expert biases after each matmul (ggml_add_id), the
+// clamped swiglu_oai activation, and the routing weight applied to the input instead of the output
+// (llama4: slot[r, s] = down_e(act(gate_e(w x_r), up_e(w x_r))), w = weights[s, r]).
 // with ggml_mul_mat_id / ggml_glu_split / ggml_mul on a small ggml graph computed by the CPU
 // variant the engine selected (ggml_graph_plan + ggml_graph_compute). Each (row, slot) result
 // depends only on that row's data and that expert's weights: activations are converted to the
@@ -27,6 +30,13 @@ struct ExpertWeights {
     const ggml_tensor * up_exps = nullptr;    ///< [n_embd, n_ff, n_expert]
     const ggml_tensor * down_exps = nullptr;  ///< [n_ff, n_embd, n_expert]
     ggml_glu_op glu_op = GGML_GLU_OP_SWIGLU;  ///< activation between gate and up
+    float glu_alpha = 0, glu_limit = 0;       ///< GGML_GLU_OP_SWIGLU_OAI's parameters (ggml_swiglu_oai)
+    /// Per-expert biases (gpt-oss), f32 [n_ff, n_expert] for gate/up and [n_embd, n_expert] for down,
+    /// added after each matmul as ggml_add_id does (build_moe_ffn); null when the layer has none.
+    const ggml_tensor * gate_b = nullptr, * up_b = nullptr, * down_b = nullptr;
+    /// llama4 (build_moe_ffn's weight_before_ffn): each slot's input is the row times its routing
+    /// weight, and the slot output is not weighted again.
+    bool weight_before = false;
     /// Shard mode: only units [ff_first, ff_first + ff_count) of every expert's n_ff: rows of
     /// gate/up (ne[1]) and the same columns of down (ne[0]), read in place through strided views.
     /// The output is then a partial sum over n_ff. ff_count = 0: all of n_ff. Both must be

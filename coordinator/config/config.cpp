@@ -3,17 +3,45 @@
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_internal.h"
 
+#include <atomic>
+
+// toml++ checks its parser's own invariants with TOML_ASSERT: assert() (abort, exit 134) by default;
+// with NDEBUG nothing, and TOML_ASSERT_ASSUME becomes __builtin_assume (undefined behaviour when false).
+// Here a failed check throws, and load_impl makes it a config error naming the line. config_precheck
+// keeps every check known to fail on some input from failing (config_precheck.cpp); this is the
+// backstop for one not known yet. NDEBUG is lifted around the include so that the checks stay on.
+// This is the only file that includes toml++ (one set of these settings in the program).
+namespace moezip {
+namespace {
+/// A TOML_ASSERT of toml++ failed: `expr` is its text.
+struct TomlCheckFailed {
+    const char * expr;
+};
+std::atomic<uint64_t> g_toml_checks_failed{0};
+[[noreturn]] void toml_check_failed(const char * expr) {
+    ++g_toml_checks_failed;
+    throw TomlCheckFailed{expr};
+}
+} // namespace
+} // namespace moezip
+
+#ifdef NDEBUG
+#define MOEZIP_NDEBUG_WAS_SET
+#undef NDEBUG
+#endif
+#define TOML_ASSERT(expr) ((expr) ? (void) 0 : ::moezip::toml_check_failed(#expr))
 #define TOML_EXCEPTIONS 0
 #define TOML_ENABLE_FORMATTERS 0
 #include <toml++/toml.h>
-
-#include <sys/stat.h>
+#ifdef MOEZIP_NDEBUG_WAS_SET
+#define NDEBUG
+#undef MOEZIP_NDEBUG_WAS_SET
+#endif
 
 #include <algorithm>
-#include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -21,8 +49,6 @@
 namespace moezip {
 
 namespace {
-
-constexpr long config_file_max_bytes = 1 << 20;
 
 // "got ..." text of a value; with_type adds the TOML type ("string \"5000\"", "table").
 std::string value_text(const toml::node & n, bool with_type) {
@@ -54,28 +80,12 @@ std::string value_text(const toml::node & n, bool with_type) {
     return s;
 }
 
-// Levenshtein distance, for "did you mean" on unknown keys.
-size_t edit_distance(const std::string & a, const std::string & b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
-// How likely `known` is what was meant by `typed`: 1 when one is a prefix of the other ("timeout",
-// "timeout_ms"), else the edit distance. Suggestions need a score <= 2.
-size_t misspelling_score(const std::string & typed, const std::string & known) {
-    size_t n = std::min(typed.size(), known.size());
-    if (n >= 4 && typed.compare(0, n, known, 0, n) == 0) return 1;
-    return edit_distance(typed, known);
+// A key as a message shows it: bare when it may be written bare, else quoted ("a\u000ab"), so that
+// a quoted key with a line break does not split the message.
+std::string shown_key(const std::string & key) {
+    bool bare = !key.empty();
+    for (char c : key) bare = bare && (isalnum((unsigned char) c) || c == '_' || c == '-');
+    return bare ? key : config_quote(key);
 }
 
 std::string join_path(const std::string & prefix, const std::string & key) {
@@ -111,17 +121,12 @@ struct Reader {
             bool ok = false;
             for (const char * name : known) ok = ok || k == name;
             if (ok) continue;
-            std::string list, guess;
-            size_t best = 3;
-            for (const char * name : known) {
-                list += std::string(list.empty() ? "" : ", ") + name;
-                size_t score = misspelling_score(k, name);
-                if (score < best) { best = score; guess = std::string("did you mean \"") + name + "\"? "; }
-            }
+            std::string list, guess = config_did_you_mean(k, known);
+            for (const char * name : known) list += std::string(list.empty() ? "" : ", ") + name;
             std::string where = prefix.empty() ? "at top level"
                               : prefix.compare(0, 7, "worker[") == 0 ? "in [[worker]]" : "in [" + prefix + "]";
             issues.push_back({(int) kv.first.source().begin.line,
-                              join_path(prefix, k) + ": unknown key (" + guess + "known " + where + ": " + list + ")"});
+                              join_path(prefix, shown_key(k)) + ": unknown key (" + guess + "known " + where + ": " + list + ")"});
         }
     }
 
@@ -316,29 +321,134 @@ struct Reader {
     }
 };
 
+// A syntax error: position (col 0 = unknown) and toml++'s description.
+struct SyntaxError {
+    int line = 0, col = 0;
+    std::string description;
+};
+
+// Whether toml++ fails one of its internal checks on `text`.
+bool toml_check_fails(std::string_view text, const std::string & name) {
+    try {
+        toml::parse_result r = toml::parse(text, std::string_view(name));
+        return false;
+    } catch (const TomlCheckFailed &) {
+        return true;
+    }
+}
+
+// The first line of `text` whose end makes toml++ fail a check (the parser reads forward, so every
+// longer prefix fails too).
+int check_failure_line(std::string_view text, const std::string & name) {
+    std::vector<size_t> ends;
+    for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        pos = nl == std::string_view::npos ? text.size() : nl + 1;
+        ends.push_back(pos);
+    }
+    size_t lo = 0, hi = ends.empty() ? 0 : ends.size() - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (toml_check_fails(text.substr(0, ends[mid]), name)) hi = mid; else lo = mid + 1;
+    }
+    return (int) lo + 1;
+}
+
+// toml++ on `text`: true with the document in `root`, or false with the error. A failed TOML_ASSERT
+// is an error too, on the line that makes it fail.
+bool toml_parse(std::string_view text, const std::string & name, toml::table & root, SyntaxError & err) {
+    try {
+        toml::parse_result r = toml::parse(text, std::string_view(name));
+        if (r) {
+            root = std::move(r.table());
+            return true;
+        }
+        const toml::parse_error & e = r.error();
+        err = {(int) e.source().begin.line, (int) e.source().begin.column, std::string(e.description())};
+        return false;
+    } catch (const TomlCheckFailed & f) {
+        err = {check_failure_line(text, name), 0, std::string("toml++ 3.3.0 stopped on an internal check: ") + f.expr};
+        return false;
+    }
+}
+
+// The keys that decide what a caller does with a bad file (strict, log, require_intercept, report),
+// as written at top level in the lines before `line`, when those lines alone are valid TOML.
+Config policy_before_line(const std::string & text, const std::string & name, int line) {
+    Config policy;
+    policy.source = name;
+    size_t end = 0;
+    for (int l = 1; l < line && end != std::string::npos; ++l) {
+        end = text.find('\n', end);
+        if (end != std::string::npos) ++end;
+    }
+    const std::string prefix = text.substr(0, end == std::string::npos ? text.size() : end);
+    ConfigPrecheckIssue unused;
+    toml::table root;
+    SyntaxError err;
+    if (line <= 1 || !config_precheck(prefix, unused) || !toml_parse(prefix, name, root, err)) return policy;
+    Config cfg;
+    std::vector<ConfigIssue> ignored;
+    Reader{cfg, ignored}.read_top(root);
+    policy.strict = cfg.strict;
+    policy.log = cfg.log;
+    policy.require_intercept = cfg.require_intercept;
+    policy.report = cfg.report;
+    return policy;
+}
+
+// A message for the first syntax problem of `text` (precheck or toml++), "" when there is none;
+// `root` gets the document.
+std::string syntax_problem(const std::string & text, const std::string & name, toml::table & root, int & line) {
+    ConfigPrecheckIssue pre;
+    const bool pre_ok = config_precheck(text, pre);
+    // toml++ never sees the text from the first character the precheck rejects; an error toml++ finds
+    // on an earlier line comes first
+    std::string_view seen = pre_ok ? std::string_view(text) : std::string_view(text).substr(0, pre.offset);
+    SyntaxError err;
+    const bool parsed = toml_parse(seen, name, root, err);
+    const bool at_cut = err.description.find("end-of-file") != std::string::npos ||
+                        err.description.find("EOF") != std::string::npos;  // toml++ ran into the cut
+    if (!parsed && (pre_ok || (err.line < pre.line && !at_cut))) {
+        line = err.line;
+        return config_syntax_message(text, name, err.line, err.col, err.description);
+    }
+    if (!pre_ok) {
+        line = pre.line;
+        return config_precheck_message(text, name, pre);
+    }
+    return "";
+}
+
+} // namespace
+
+uint64_t config_toml_checks_failed() { return g_toml_checks_failed.load(); }
+
+std::string config_toml_only(const std::string & text, const std::string & name) {
+    toml::table root;
+    SyntaxError err;
+    if (toml_parse(text, name, root, err)) return "";
+    return config_syntax_message(text, name, err.line, err.col, err.description);
+}
+
+namespace {
+
 Status load_impl(const std::string & text, const std::string & name, Config & out) {
     Config cfg;
     cfg.source = name;
-    std::string pre_message;
-    if (!config_precheck_headers(text, name, pre_message)) {
-        out = Config();
-        out.source = name;
-        return Status::invalid_argument(pre_message);
-    }
-    toml::parse_result parsed = toml::parse(std::string_view(text), std::string_view(name));
-    if (!parsed) {
-        const toml::parse_error & e = parsed.error();
-        out = Config();
-        out.source = name;
-        return Status::invalid_argument(config_syntax_message(text, name, (int) e.source().begin.line,
-                                                              (int) e.source().begin.column,
-                                                              std::string(e.description())));
+    toml::table root;
+    int bad_line = 0;
+    std::string syntax = syntax_problem(text, name, root, bad_line);
+    if (!syntax.empty()) {
+        // strict, log, require_intercept and report still apply when written above the bad line
+        out = policy_before_line(text, name, bad_line);
+        return Status::invalid_argument(syntax);
     }
     std::vector<ConfigIssue> issues;
     Reader rd{cfg, issues};
-    rd.read_top(parsed.table());
-    rd.read_sections(parsed.table());   // before workers: they inherit dispatch.timeout_ms
-    rd.read_workers(parsed.table());
+    rd.read_top(root);
+    rd.read_sections(root);   // before workers: they inherit dispatch.timeout_ms
+    rd.read_workers(root);
     if (issues.empty()) config_check_cross(cfg, issues);
     if (!issues.empty()) {
         out = Config();
@@ -367,56 +477,6 @@ Status config_load_string(const std::string & text, const std::string & name_for
         out = Config();
         return Status::invalid_argument(name_for_messages + ": internal error while reading the config: " + e.what());
     }
-}
-
-Status config_load_file(const std::string & path, Config & out) {
-    try {
-        struct stat st;
-        if (stat(path.c_str(), &st) != 0) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
-        }
-        if (!S_ISREG(st.st_mode) || st.st_size > config_file_max_bytes) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " +
-                                    (S_ISREG(st.st_mode) ? "larger than 1 MiB" : "not a regular file"));
-        }
-        FILE * f = fopen(path.c_str(), "rb");
-        if (!f) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": " + strerror(errno));
-        }
-        std::string text((size_t) st.st_size, '\0');
-        size_t got = fread(&text[0], 1, text.size(), f);
-        bool bad = ferror(f) != 0;
-        fclose(f);
-        if (bad) {
-            out = Config();
-            return Status::io_error("cannot read config " + path + ": read error");
-        }
-        text.resize(got);
-        return config_load_string(text, path, out);
-    } catch (const std::exception & e) {
-        out = Config();
-        return Status::io_error("cannot read config " + path + ": " + e.what());
-    }
-}
-
-std::string config_report_path(const Config & cfg, int pid) {
-    std::string s = cfg.report;
-    std::string p = std::to_string(pid);
-    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) {
-        s.replace(pos, 2, p);
-    }
-    return s;
-}
-
-std::string config_why_experts_resident(const Config & cfg) {
-    if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";
-    if (cfg.workers.empty()) return "no [[worker]]";
-    if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
-    if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
-    return "";
 }
 
 } // namespace moezip

@@ -108,10 +108,12 @@ struct Config {
 
 /// Reads and validates `path`. Errors: io_error naming the path (missing, unreadable, > 1 MiB);
 /// invalid_argument "FILE:LINE: KEY: expected ..., got ..." (one line per problem, in file order;
-/// syntax errors as "FILE:LINE:COL: ..."). On error `out` is reset to defaults except `strict`,
-/// `log`, `require_intercept` and `report`, which keep the file's value when that key itself was
-/// valid (so the caller can still apply the strict and require_intercept policies, the log level
-/// and the report path).
+/// syntax errors as "FILE:LINE:COL: ..."; any bytes give a Status, never an abort: texts toml++
+/// 3.3.0 cannot survive are refused first, config_precheck.cpp). On error `out` is reset to defaults
+/// except `strict`, `log`, `require_intercept` and `report`, which keep the file's value when that
+/// key itself was valid (after a syntax error: when written at top level above the error's line), so
+/// the caller can still apply the strict and require_intercept policies, the log level and the
+/// report path.
 Status config_load_file(const std::string & path, Config & out);
 
 /// As config_load_file for TOML text; `name_for_messages` stands for FILE in messages.

@@ -1,9 +1,8 @@
-// moezip: cross-field checks of the config (shares, expert ownership, endpoints) and the expert
+// moezip: cross-field checks of the config (shares, expert ownership, duplicate endpoints) and the expert
 // coverage check that needs the model's n_expert.
 #include "coordinator/config/config_internal.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 
 namespace moezip {
@@ -99,10 +98,6 @@ void check_endpoints(const Config & cfg, std::vector<ConfigIssue> & issues) {
     }
 }
 
-bool all_digits(const std::string & s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return isdigit((unsigned char) c); });
-}
-
 } // namespace
 
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
@@ -139,29 +134,6 @@ Status config_check_expert_coverage(const Config & cfg, int n_expert) {
                                         " experts" + held + ")");
     }
     return Status::ok();
-}
-
-bool config_endpoint_valid(const std::string & ep, bool for_bind, std::string & why) {
-    if (ep.compare(0, 6, "ipc://") == 0) {
-        if (ep.size() > 6) return true;
-        why = "empty ipc path";
-        return false;
-    }
-    if (ep.compare(0, 6, "tcp://") != 0) {
-        why = "unknown transport";
-        return false;
-    }
-    size_t colon = ep.rfind(':');
-    std::string host = colon > 6 ? ep.substr(6, colon - 6) : "";
-    std::string port = colon > 6 ? ep.substr(colon + 1) : "";
-    if (host.empty() || host.find_first_of(" \t/") != std::string::npos) { why = "missing or bad host"; return false; }
-    if (!for_bind && host == "*") { why = "host \"*\" is only valid for bind"; return false; }
-    if (for_bind && port == "*") return true;
-    if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
-        why = "port must be 1..65535";
-        return false;
-    }
-    return true;
 }
 
 int config_line_of(const Config & cfg, const std::string & key, int fallback) {

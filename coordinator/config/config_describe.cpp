@@ -1,4 +1,5 @@
-// moezip: the resolved config as text (verbose mode) and its digest (the report's config section).
+// moezip: what a resolved config says: its text (verbose mode), its digest (the report's config section),
+// the report path and why experts mode keeps the workers' experts resident.
 #include "coordinator/config/config_internal.h"
 
 #include <xxhash.h>
@@ -47,16 +48,7 @@ std::string config_format_double(double v) {
     return buf;
 }
 
-std::string config_quote(const std::string & s) {
-    std::string out = "\"";
-    for (char c : s) {
-        unsigned char u = (unsigned char) c;
-        if (c == '"' || c == '\\') { out += '\\'; out += c; }
-        else if (u < 0x20 || u == 0x7f) { char e[8]; snprintf(e, sizeof e, "\\u%04x", u); out += e; }
-        else out += c;
-    }
-    return out + "\"";
-}
+std::string config_quote(const std::string & s) { return quote_text(s); }
 
 namespace {
 
@@ -122,6 +114,23 @@ std::string config_describe(const Config & c) {
 uint64_t config_digest(const Config & c) {
     std::string text = config_describe(c);
     return XXH3_64bits(text.data(), text.size());
+}
+
+std::string config_report_path(const Config & cfg, int pid) {
+    std::string s = cfg.report;
+    std::string p = std::to_string(pid);
+    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) {
+        s.replace(pos, 2, p);
+    }
+    return s;
+}
+
+std::string config_why_experts_resident(const Config & cfg) {
+    if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";
+    if (cfg.workers.empty()) return "no [[worker]]";
+    if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
+    if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
+    return "";
 }
 
 } // namespace moezip

@@ -1,5 +1,7 @@
 #include "coordinator/config/expert_range.h"
 
+#include "coordinator/base/quote.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -25,13 +27,13 @@ static Status parse_item(const std::string & item, ExpertRange & r) {
     size_t dash = item.find('-', 1);   // from 1: a leading '-' is a negative number, not a range
     std::string a = trim(item.substr(0, dash));
     std::string b = dash == std::string::npos ? a : trim(item.substr(dash + 1));
-    if (!a.empty() && a[0] == '-') return Status::invalid_argument("\"" + item + "\": expert ids are non-negative");
+    if (!a.empty() && a[0] == '-') return Status::invalid_argument(quote_text(item) + ": expert ids are non-negative");
     if (!parse_id(a, r.first) || !parse_id(b, r.last)) {
-        return Status::invalid_argument("\"" + item + "\": expected an expert id 0.." +
+        return Status::invalid_argument(quote_text(item) + ": expected an expert id 0.." +
                                         std::to_string(expert_id_max) + " or a range \"a-b\"");
     }
     if (r.first > r.last) {
-        return Status::invalid_argument("\"" + item + "\": range start " + std::to_string(r.first) +
+        return Status::invalid_argument(quote_text(item) + ": range start " + std::to_string(r.first) +
                                         " is above its end " + std::to_string(r.last));
     }
     return Status::ok();

@@ -140,6 +140,14 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
             return Status::mismatch(who + "tensor " + json_str(t, "name") + " " + json_str(t, "type") + " differs from this host's " +
                                     mine[i]->name + " " + api_.ggml_type_name(mine[i]->type));
     }
+    // the layout decides the kernels: GGUF layout runs the generic MUL_MAT_ID, CPU_REPACK the repack one
+    const std::string theirs_layout = layer->contains("layout") ? json_str(*layer, "layout") : std::string("gguf");
+    const std::string mine_layout = r.repacked ? "repacked" : "gguf";
+    if (theirs_layout != mine_layout)
+        return Status::mismatch(who + "it holds the experts in " + theirs_layout + " layout, this host in " + mine_layout +
+                                (r.repacked ? " (the engine repacked them, CPU_REPACK): the kernels and their bits would differ; "
+                                              "set no_repack = true here, or have the worker repack them too"
+                                            : ": the kernels and their bits would differ"));
     auto digests = layer->find("digests");
     if (digests == layer->end() || !digests->is_object()) return Status::mismatch(who + "no expert digests");
     for (int e : assigned_experts(&w - workers_.data(), (int) r.n_expert)) {

@@ -34,6 +34,19 @@ void Evidence::end_stream(const void * sched) {
     stream_of.erase(it);
 }
 
+void Evidence::add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert, bool decode) {
+    RoutingCounts & rc = routing[il];
+    const int64_t n_tokens = ids->ne[1];
+    std::vector<uint64_t> & counts = decode ? rc.decode : rc.prefill;
+    if ((int64_t) counts.size() < n_expert) counts.resize((size_t) n_expert, 0);
+    const char * base = static_cast<const char *>(ids->data);
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t s = 0; s < n_used; ++s) {
+            const int32_t e = *reinterpret_cast<const int32_t *>(base + s * ids->nb[0] + t * ids->nb[1]);
+            if (e >= 0 && e < n_expert) ++counts[(size_t) e];
+        }
+}
+
 void Evidence::add_error(const std::string & message) {
     ++errors_total;
     if (errors.size() < 50) errors.push_back(message);
@@ -85,6 +98,10 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                           {"ms", c.ms}, {"ms_local", c.ms_local}, {"ms_wait", c.ms_wait}});
     }
     j["layers"] = layers;
+    json routing = json::array();
+    for (const auto & kv : ev.routing)
+        routing.push_back({{"il", kv.first}, {"prefill", kv.second.prefill}, {"decode", kv.second.decode}});  // [n_expert] each
+    j["routing"] = routing;
     j["checks"] = {{"identity_passed", ev.identity_passed}, {"identity_failed", ev.identity_failed},
                    {"regions_handled", ev.regions_handled}, {"regions_passthrough", ev.regions_passthrough}};
     j["graphs"] = {{"cpu_computes", ev.graphs}, {"with_moe", ev.moe_graphs}, {"scheduled", ev.sched_graphs}};

@@ -9,6 +9,8 @@
 #include "coordinator/base/status.h"
 #include "provider_map/provider_map.h"
 
+#include "ggml.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -30,6 +32,14 @@ struct LayerCounters {
     double ms = 0;               ///< wall time in moezip's handling of this layer
     double ms_local = 0;         ///< of which computing here
     double ms_wait = 0;          ///< of which waiting for workers after local work was done
+};
+
+/// How often each expert of one layer was routed to: one count per (row, slot) the layer's regions
+/// summed, prefill and decode apart (a decode graph has no region of more than one row; in a
+/// prefill graph the last layer may have one row: only the outputs asked for are computed). The input of expert
+/// placement (which experts are hot, which host should hold them).
+struct RoutingCounts {
+    std::vector<uint64_t> prefill, decode;  ///< [n_expert]
 };
 
 /// One logits output.
@@ -71,6 +81,10 @@ struct Evidence {
     std::vector<EpochEvent> epochs;                  ///< model epoch boundaries (first 64 kept)
     uint64_t epochs_total = 0;
     std::map<int, LayerCounters> layers;
+    std::map<int, RoutingCounts> routing;  ///< by layer, over the regions moezip handled
+    /// Counts the experts region rows chose (ids [n_used_ids, n_tokens] i32 read through nb, the
+    /// first n_used slots of each row) as prefill or decode. Ids outside [0, n_expert) are not counted.
+    void add_routing(int il, const ggml_tensor * ids, int64_t n_used, int64_t n_expert, bool decode);
     uint64_t graphs = 0;            ///< CPU graph computes seen
     uint64_t moe_graphs = 0;        ///< of which with at least one MoE region
     uint64_t sched_graphs = 0;      ///< graphs the engine's scheduler computed

@@ -17,6 +17,13 @@ nlohmann::json DispatchHandler::workers_json() const {
     return j;
 }
 
+std::string DispatchHandler::refuses(const MoeRegion & r) const {
+    if (r.up_b || r.gate_b || r.down_b || r.glu_op == GGML_GLU_OP_SWIGLU_OAI)
+        return "expert biases and swiglu_oai (gpt-oss) are computed by moezip here (mode local) but not yet by workers";
+    if (r.weight_before) return "routing weights applied before the FFN (llama4) are computed by moezip here (mode local) but not yet by workers";
+    return "";
+}
+
 void DispatchHandler::gather_inputs(const MoeRegion & r) {
     const int64_t n = r.n_tokens, E = r.n_embd;
     region_gather_routing(r, ids_, weights_);

@@ -39,6 +39,9 @@ public:
     nlohmann::json workers_json() const override;
     std::vector<std::string> take_errors() override { return disp_.take_errors(); }
     void forget_plans(const std::vector<uint64_t> & plans) override { disp_.forget_plans(plans); }
+    /// Forms of the expert FFN that workers are not told about on the wire (they would compute the
+    /// plain form): per-expert biases, swiglu_oai, weights applied before the FFN.
+    std::string refuses(const MoeRegion & r) const override;
 
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
@@ -81,6 +84,8 @@ class ShardHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// Repacked experts (CPU_REPACK) interleave the rows of every expert: no n_ff slice of them exists.
+    std::string refuses(const MoeRegion & r) const override;
 
 private:
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums

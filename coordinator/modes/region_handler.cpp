@@ -32,6 +32,8 @@ bool memory_overlaps(const void * a, size_t na, const void * b, size_t nb) {
 }
 
 bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_overlap) {
+    // only the plain form has exactly the four intermediates MoeBuffers describes
+    if (r.weight_before || r.up_b || r.gate_b || r.down_b) return false;
     // the nodes' shapes have every routed slot (n_used_ids); any n_used <= n_used_ids of them fit
     const int64_t n = r.n_tokens, k = r.n_used_ids, ff = r.n_ff, E = r.n_embd;
     if (!dense_f32(r.up, ff, k, n) || !dense_f32(r.gate, ff, k, n) || !dense_f32(r.act, ff, k, n) || !dense_f32(r.down, E, k, n) ||
@@ -52,6 +54,12 @@ ExpertWeights region_expert_weights(const MoeRegion & r) {
     w.up_exps = r.up_exps;
     w.down_exps = r.down_exps;
     w.glu_op = r.glu_op;
+    w.glu_alpha = r.glu_alpha;
+    w.glu_limit = r.glu_limit;
+    w.gate_b = r.gate_b;
+    w.up_b = r.up_b;
+    w.down_b = r.down_b;
+    w.weight_before = r.weight_before;
     return w;
 }
 

@@ -20,6 +20,9 @@ public:
     /// layer's counters. On error r.out may be partly written: the caller recomputes the region
     /// with the engine's own nodes or stops the compute; it never hands a partial output on.
     virtual Status compute(const MoeRegion & r, LayerCounters & c) = 0;
+    /// Why this mode cannot compute region r although the engine's pattern was recognised ("" when it
+    /// can). The region is then left to the engine with that reason. Reads only r and the config.
+    virtual std::string refuses(const MoeRegion & r) const { (void) r; return ""; }
     /// Threads for moezip's own compute (the engine's count unless the config sets `threads`).
     virtual void set_threads(int n_threads) { (void) n_threads; }
     /// Closes connections and joins threads; called once, early in exit, before any static teardown.

@@ -17,6 +17,13 @@ ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
 
 } // namespace
 
+std::string ShardHandler::refuses(const MoeRegion & r) const {
+    std::string why = DispatchHandler::refuses(r);
+    if (!why.empty() || !r.repacked) return why;
+    return "shard mode slices every expert's n_ff, but these experts are repacked (CPU_REPACK interleaves their rows): "
+           "set no_repack = true, or use experts mode";
+}
+
 Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();

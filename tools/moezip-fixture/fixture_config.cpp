@@ -1,6 +1,8 @@
 #include "tools/moezip-fixture/fixture_config.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 namespace moezip {
 
@@ -14,10 +16,10 @@ struct preset_row {
 // The a3b rows are the Qwen3-30B-A3B shape (its config.json: hidden 2048, 128 experts, top-8,
 // moe_intermediate 768, 32 query / 4 KV heads of 128) cut to 4 or 8 of its 48 layers.
 const preset_row k_presets[] = {
-    {"tiny",   {  64, 2,   8, 2,  64,  4, 2,  16, 4096, 0}},
-    {"small",  { 256, 2,   8, 2, 256,  4, 2,  64, 4096, 0}},
-    {"a3b-L4", {2048, 4, 128, 8, 768, 32, 4, 128, 4096, 0}},
-    {"a3b-L8", {2048, 8, 128, 8, 768, 32, 4, 128, 4096, 0}},
+    {"tiny",   {  64, 2,   8, 2,  64,  4, 2,  16, 4096, 0, {}}},
+    {"small",  { 256, 2,   8, 2, 256,  4, 2,  64, 4096, 0, {}}},
+    {"a3b-L4", {2048, 4, 128, 8, 768, 32, 4, 128, 4096, 0, {}}},
+    {"a3b-L8", {2048, 8, 128, 8, 768, 32, 4, 128, 4096, 0, {}}},
 };
 
 // Types ggml_quantize_chunk (ggml/src/ggml.c) produces without an importance matrix.
@@ -76,6 +78,26 @@ Status fixture_type_lookup(const std::string & name, ggml_type & type) {
         }
     }
     return Status::invalid_argument("unknown --type '" + name + "' (supported: " + join(fixture_type_names()) + ")");
+}
+
+Status fixture_expert_used_parse(const std::string & text, fixture_hparams & hp) {
+    std::vector<int64_t> counts;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        const size_t comma = std::min(text.find(',', pos), text.size());
+        const std::string item = text.substr(pos, comma - pos);
+        char * end = nullptr;
+        const long long v = item.empty() ? 0 : strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != 0 || !isdigit((unsigned char) item[0]))
+            return Status::invalid_argument("--n-expert-used: expected a count or a comma-separated list of counts "
+                                            "(one per layer), got '" + text + "'");
+        counts.push_back((int64_t) v);
+        pos = comma + 1;
+    }
+    hp.n_expert_used = counts[0];
+    hp.n_expert_used_layers.clear();
+    if (counts.size() > 1) hp.n_expert_used_layers = counts;
+    return Status::ok();
 }
 
 Status fixture_hparams_validate(const fixture_hparams & hp, int64_t n_vocab_min) {

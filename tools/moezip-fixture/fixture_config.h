@@ -1,5 +1,5 @@
-// moezip-fixture: the shape of a synthetic qwen3moe model (presets, overrides, weight type) and
-// its validation. The field names follow llama.cpp's hparams (src/llama-hparams.h) and the GGUF
+// moezip-fixture: the shape of a synthetic MoE model (presets, overrides, weight type, arch, split)
+// and its validation. The field names follow llama.cpp's hparams (src/llama-hparams.h) and the GGUF
 // keys they are written to (src/llama-arch.cpp, LLM_KV_*).
 #pragma once
 
@@ -13,18 +13,22 @@
 
 namespace moezip {
 
-/// Shape of a qwen3moe model (src/models/qwen3moe.cpp). All counts are > 0 once validated.
+/// Shape of a model (the presets are qwen3moe shapes, src/models/qwen3moe.cpp; other archs derive
+/// their extra widths from it: fixture_arch.h). All counts are > 0 once validated.
 struct fixture_hparams {
     int64_t n_embd        = 0; ///< embedding_length: width of the residual stream
     int64_t n_layer       = 0; ///< block_count
     int64_t n_expert      = 0; ///< expert_count
-    int64_t n_expert_used = 0; ///< expert_used_count (top-k of the router)
+    int64_t n_expert_used = 0; ///< expert_used_count (top-k of the router); layer 0's when per layer
     int64_t n_ff_exp      = 0; ///< expert_feed_forward_length: hidden width of one expert
     int64_t n_head        = 0; ///< attention.head_count (query heads)
     int64_t n_head_kv     = 0; ///< attention.head_count_kv; divides n_head
     int64_t head_dim      = 0; ///< attention.key_length = value_length = rope dimension; even
     int64_t n_ctx_train   = 0; ///< context_length (tokens)
     int64_t n_vocab       = 0; ///< tokens in the vocab; 0 = the built-in vocab's size
+    /// expert_used_count per layer (written as an array, read by llama_model_loader::get_key_or_arr);
+    /// empty = the scalar n_expert_used for every layer.
+    std::vector<int64_t> n_expert_used_layers;
 };
 
 /// Everything that decides the bytes of one fixture file.
@@ -33,6 +37,8 @@ struct fixture_config {
     fixture_hparams hp;
     ggml_type       weight_type = GGML_TYPE_F32; ///< experts, attention, token_embd and output
     uint64_t        seed        = 1;             ///< PRNG seed; same seed -> same bytes
+    std::string     arch        = "qwen3moe";    ///< general.architecture: a row of fixture_arch.h
+    int64_t         n_split     = 1;             ///< files to write (llama.cpp's split convention); 1 = one file
 };
 
 /// Names of the presets, in the order --help lists them.
@@ -47,6 +53,12 @@ std::vector<std::string> fixture_type_names();
 /// Parses a --type name (case-insensitive). Errors: invalid_argument naming the type and the
 /// supported ones.
 Status fixture_type_lookup(const std::string & name, ggml_type & type);
+
+/// Parses --n-expert-used: one count (every layer) or a comma-separated list, one count per layer
+/// (then n_expert_used is layer 0's count, the one the engine's graph routes: src/llama-graph.cpp).
+/// Ranges are checked later (fixture_hparams_validate, fixture_arch_resolve). Errors:
+/// invalid_argument quoting the text.
+Status fixture_expert_used_parse(const std::string & text, fixture_hparams & hp);
 
 /// Checks the shape the engine will accept: every count > 0 and below a sane bound,
 /// n_expert_used <= n_expert <= 1024 (LLAMA_MAX_EXPERTS), n_layer <= 512 (LLAMA_MAX_LAYERS),

@@ -6,32 +6,46 @@ namespace moezip {
 
 namespace {
 
-const char * const k_arch = "qwen3moe";
+/// Writes `<arch>.<suffix>` keys.
+struct arch_keys {
+    gguf_context * g;
+    std::string arch;
 
-std::string arch_key(const char * suffix) { return std::string(k_arch) + "." + suffix; }
+    std::string key(const char * suffix) const { return arch + "." + suffix; }
+    void u32(const char * suffix, int64_t v) const { gguf_set_val_u32(g, key(suffix).c_str(), (uint32_t) v); }
+    void f32(const char * suffix, float v) const { gguf_set_val_f32(g, key(suffix).c_str(), v); }
+};
 
-void set_u32(gguf_context * g, const char * suffix, int64_t v) {
-    gguf_set_val_u32(g, arch_key(suffix).c_str(), (uint32_t) v);
+void set_expert_used(const arch_keys & k, const fixture_hparams & hp) {
+    if (hp.n_expert_used_layers.empty()) {
+        k.u32("expert_used_count", hp.n_expert_used);
+        return;
+    }
+    std::vector<uint32_t> v(hp.n_expert_used_layers.begin(), hp.n_expert_used_layers.end());
+    gguf_set_arr_data(k.g, k.key("expert_used_count").c_str(), GGUF_TYPE_UINT32, v.data(), v.size());
 }
 
-void set_model_keys(gguf_context * g, const fixture_config & cfg) {
+void set_model_keys(gguf_context * g, const fixture_config & cfg, const fixture_arch & arch, const fixture_dims & d) {
     const fixture_hparams & hp = cfg.hp;
-    gguf_set_val_str(g, "general.architecture", k_arch);
+    const arch_keys k{g, arch.name};
+    gguf_set_val_str(g, "general.architecture", arch.name);
     gguf_set_val_str(g, "general.name", ("moezip fixture " + cfg.preset).c_str());
     gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
-    set_u32(g, "context_length", hp.n_ctx_train);
-    set_u32(g, "embedding_length", hp.n_embd);
-    set_u32(g, "block_count", hp.n_layer);
-    set_u32(g, "expert_feed_forward_length", hp.n_ff_exp);
-    set_u32(g, "expert_count", hp.n_expert);
-    set_u32(g, "expert_used_count", hp.n_expert_used);
-    set_u32(g, "attention.head_count", hp.n_head);
-    set_u32(g, "attention.head_count_kv", hp.n_head_kv);
-    set_u32(g, "attention.key_length", hp.head_dim);
-    set_u32(g, "attention.value_length", hp.head_dim);
-    set_u32(g, "rope.dimension_count", hp.head_dim);
-    gguf_set_val_f32(g, arch_key("attention.layer_norm_rms_epsilon").c_str(), 1e-6f);
-    gguf_set_val_f32(g, arch_key("rope.freq_base").c_str(), 1000000.0f);
+    k.u32("context_length", hp.n_ctx_train);
+    k.u32("embedding_length", hp.n_embd);
+    k.u32("block_count", hp.n_layer);
+    if (d.n_ff > 0) k.u32("feed_forward_length", d.n_ff);  // the dense layers' width
+    k.u32(arch.ff_exp_key, hp.n_ff_exp);
+    k.u32("expert_count", hp.n_expert);
+    set_expert_used(k, hp);
+    k.u32("attention.head_count", hp.n_head);
+    k.u32("attention.head_count_kv", d.n_head_kv);
+    k.u32("attention.key_length", d.n_embd_head_k);
+    k.u32("attention.value_length", d.n_embd_head_v);
+    k.u32("rope.dimension_count", d.n_rot);
+    k.f32("attention.layer_norm_rms_epsilon", 1e-6f);
+    k.f32("rope.freq_base", arch.rope_freq_base);
+    if (arch.keys) arch.keys(g, arch.name, d);
     gguf_set_val_str(g, "moezip.fixture.preset", cfg.preset.c_str());
     gguf_set_val_u64(g, "moezip.fixture.seed", cfg.seed);
     gguf_set_val_str(g, "moezip.fixture.type", ggml_type_name(cfg.weight_type));
@@ -52,19 +66,32 @@ void set_vocab_keys(gguf_context * g, const fixture_vocab & vocab) {
     gguf_set_val_bool(g, "tokenizer.ggml.add_eos_token", false);
 }
 
+/// The keys gguf-split writes (tools/gguf-split/gguf-split.cpp): u16 split.no and split.count,
+/// i32 split.tensors.count.
+void set_split_keys(gguf_context * g, const fixture_part & part) {
+    gguf_set_val_u16(g, "split.no", (uint16_t) part.no);
+    gguf_set_val_u16(g, "split.count", (uint16_t) part.count);
+    gguf_set_val_i32(g, "split.tensors.count", (int32_t) part.n_total);
+}
+
 } // namespace
 
-fixture_meta fixture_meta_build(const fixture_config & cfg, const fixture_vocab & vocab,
-                                const std::vector<fixture_tensor> & plan) {
+fixture_meta fixture_meta_build(const fixture_config & cfg, const fixture_arch & arch, const fixture_dims & d,
+                                const fixture_vocab & vocab, const std::vector<fixture_tensor> & plan,
+                                const fixture_part & part) {
     fixture_meta meta;
     ggml_init_params params = {};
-    params.mem_size = (plan.size() + 1) * ggml_tensor_overhead();
+    params.mem_size = (size_t) (part.n + 1) * ggml_tensor_overhead();
     params.no_alloc = true; // descriptions only: the data is streamed by fixture_write
     meta.tensors.reset(ggml_init(params));
     meta.gguf.reset(gguf_init_empty());
-    set_model_keys(meta.gguf.get(), cfg);
-    set_vocab_keys(meta.gguf.get(), vocab);
-    for (const auto & t : plan) {
+    if (part.no == 0) {
+        set_model_keys(meta.gguf.get(), cfg, arch, d);
+        set_vocab_keys(meta.gguf.get(), vocab);
+    }
+    if (part.count > 1) set_split_keys(meta.gguf.get(), part);
+    for (int64_t i = part.first; i < part.first + part.n; ++i) {
+        const fixture_tensor & t = plan[(size_t) i];
         ggml_tensor * tensor = ggml_new_tensor(meta.tensors.get(), t.type, t.n_dims, t.ne);
         ggml_set_name(tensor, t.name.c_str());
         gguf_add_tensor(meta.gguf.get(), tensor);

@@ -1,9 +1,11 @@
-// moezip-fixture: the list of tensors of a qwen3moe model, their shapes, types and how their
-// random values are drawn. Names and shapes are those llama_model_qwen3moe::load_arch_tensors
-// asks for (src/models/qwen3moe.cpp, names from src/llama-arch.cpp LLM_TENSOR_NAMES).
+// moezip-fixture: the list of tensors of a model, their shapes, types and how their random values
+// are drawn. Names and shapes are those the arch's load_arch_tensors asks for
+// (src/models/<arch>.cpp, names from src/llama-arch.cpp LLM_TENSOR_NAMES), per the row of
+// fixture_arch.h.
 #pragma once
 
 #include "coordinator/base/status.h"
+#include "tools/moezip-fixture/fixture_arch.h"
 #include "tools/moezip-fixture/fixture_config.h"
 
 #include "ggml.h"
@@ -29,7 +31,7 @@ struct fixture_tensor {
 };
 
 /// All tensors of the model, in file order: token_embd, blk.0 ... blk.{n_layer-1}, output_norm,
-/// output. Shapes (ggml order):
+/// output. The qwen3moe row gives (ggml order):
 ///   token_embd, output            [n_embd, n_vocab]                 weight_type
 ///   blk.N.attn_norm, ffn_norm     [n_embd]                          f32
 ///   blk.N.attn_q                  [n_embd, n_head*head_dim]         weight_type
@@ -40,8 +42,11 @@ struct fixture_tensor {
 ///   blk.N.ffn_gate_exps, up_exps  [n_embd, n_ff_exp, n_expert]      weight_type
 ///   blk.N.ffn_down_exps           [n_ff_exp, n_embd, n_expert]      weight_type
 ///   output_norm                   [n_embd]                          f32
-/// `n_vocab` is the final vocab size. See docs/fixtures.md for the choice of each std.
-std::vector<fixture_tensor> fixture_tensor_plan(const fixture_config & cfg, int64_t n_vocab);
+/// Other rows add or replace parts (docs/fixtures.md "Architectures"): MLA attention, biases, shared
+/// experts, dense layers. Matrices take weight_type; vectors (norms, biases, sinks, routers) stay
+/// f32. `n_vocab` is the final vocab size. See docs/fixtures.md for the choice of each std.
+std::vector<fixture_tensor> fixture_tensor_plan(const fixture_config & cfg, const fixture_arch & arch,
+                                                const fixture_dims & d, int64_t n_vocab);
 
 /// Checks that every tensor's row length is a multiple of its type's block size (q8_0: 32,
 /// K-quants: 256). Errors: invalid_argument naming the first tensor that is not, its ne0 and

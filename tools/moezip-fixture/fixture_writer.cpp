@@ -1,7 +1,9 @@
 #include "tools/moezip-fixture/fixture_writer.h"
 
+#include "tools/moezip-fixture/fixture_arch.h"
 #include "tools/moezip-fixture/fixture_meta.h"
 #include "tools/moezip-fixture/fixture_rng.h"
+#include "tools/moezip-fixture/fixture_split.h"
 #include "tools/moezip-fixture/fixture_tensors.h"
 #include "tools/moezip-fixture/fixture_vocab.h"
 
@@ -116,43 +118,97 @@ void write_tensor_data(const fixture_tensor & t, uint64_t seed, output_file & ou
     }
 }
 
+/// One file of the model: its header and the plan entries it holds.
+struct file_job {
+    std::string path;
+    fixture_part part;
+    fixture_meta meta;
+    std::vector<uint8_t> header;
+    int64_t size = 0;  ///< header + padded data
+};
+
+file_job make_job(const fixture_config & cfg, const fixture_arch & arch, const fixture_dims & d, const fixture_vocab & vocab,
+                  const std::vector<fixture_tensor> & plan, const fixture_part & part, const std::string & path) {
+    file_job job;
+    job.path = path;
+    job.part = part;
+    job.meta = fixture_meta_build(cfg, arch, d, vocab, plan, part);
+    const gguf_context * g = job.meta.gguf.get();
+    job.header.resize(gguf_get_meta_size(g));
+    gguf_get_meta_data(g, job.header.data());
+    const int64_t last = part.n - 1;
+    const int64_t data_size = part.n == 0 ? 0 :
+        (int64_t) GGML_PAD(gguf_get_tensor_offset(g, last) + gguf_get_tensor_size(g, last), gguf_get_alignment(g));
+    job.size = (int64_t) job.header.size() + data_size;  // the header is padded to the alignment
+    return job;
+}
+
+/// Writes one file: its header, then each tensor's data at its offset, padded to the alignment.
+Status write_job(const file_job & job, const std::vector<fixture_tensor> & plan, uint64_t seed, progress_meter & meter,
+                 int64_t & done) {
+    const gguf_context * g = job.meta.gguf.get();
+    const int64_t data_offset = (int64_t) job.header.size();
+    output_file out(job.path);
+    if (!out.opened()) return out.error("cannot create");
+    out.write(job.header.data(), job.header.size());
+    done += (int64_t) job.header.size();
+    for (int64_t i = 0; i < job.part.n && !out.failed(); ++i) {
+        out.pad_to(data_offset + (int64_t) gguf_get_tensor_offset(g, i));
+        write_tensor_data(plan[(size_t) (job.part.first + i)], seed, out, meter, done);
+    }
+    out.pad_to(job.size);
+    return out.close();
+}
+
+/// The shape after the arch's rules and the plan; errors name the flag or the tensor.
+Status resolve(const fixture_config & cfg, const fixture_arch *& arch, fixture_dims & d, std::vector<fixture_tensor> & plan,
+               int64_t & n_vocab) {
+    arch = fixture_arch_find(cfg.arch);
+    if (arch == nullptr) return Status::invalid_argument("unknown --arch '" + cfg.arch + "'");
+    Status st = fixture_hparams_validate(cfg.hp, fixture_vocab_base_size());
+    if (st) st = fixture_arch_resolve(*arch, cfg.hp, d);
+    if (!st) return st;
+    n_vocab = cfg.hp.n_vocab ? cfg.hp.n_vocab : fixture_vocab_base_size();
+    plan = fixture_tensor_plan(cfg, *arch, d, n_vocab);
+    st = fixture_tensor_plan_validate(plan);
+    if (st) st = fixture_split_validate(cfg.n_split, (int64_t) plan.size());
+    return st;
+}
+
 } // namespace
 
 Status fixture_write(const fixture_config & cfg, const std::string & path, fixture_write_result & result) {
-    Status st = fixture_hparams_validate(cfg.hp, fixture_vocab_base_size());
-    if (!st) return st;
-    const int64_t n_vocab = cfg.hp.n_vocab ? cfg.hp.n_vocab : fixture_vocab_base_size();
-    const std::vector<fixture_tensor> plan = fixture_tensor_plan(cfg, n_vocab);
-    st = fixture_tensor_plan_validate(plan);
+    const fixture_arch * arch = nullptr;
+    fixture_dims d;
+    std::vector<fixture_tensor> plan;
+    int64_t n_vocab = 0;
+    Status st = resolve(cfg, arch, d, plan, n_vocab);
     if (!st) return st;
 
     const fixture_vocab vocab = fixture_vocab_build(n_vocab);
-    const fixture_meta meta = fixture_meta_build(cfg, vocab, plan);
-    const gguf_context * g = meta.gguf.get();
-    std::vector<uint8_t> header(gguf_get_meta_size(g));
-    gguf_get_meta_data(g, header.data());
-
-    const size_t alignment = gguf_get_alignment(g);
-    const int64_t data_offset = (int64_t) header.size(); // the header is padded to the alignment
-    const int64_t last = (int64_t) plan.size() - 1;
-    const int64_t data_size = (int64_t) GGML_PAD(gguf_get_tensor_offset(g, last) + gguf_get_tensor_size(g, last), alignment);
-
-    output_file out(path);
-    if (!out.opened()) return out.error("cannot create");
-    progress_meter meter(data_offset + data_size);
-    out.write(header.data(), header.size());
-    int64_t done = (int64_t) header.size();
-    for (int64_t i = 0; i <= last && !out.failed(); ++i) {
-        out.pad_to(data_offset + (int64_t) gguf_get_tensor_offset(g, i));
-        write_tensor_data(plan[(size_t) i], cfg.seed, out, meter, done);
+    const std::vector<std::string> paths = fixture_split_paths(path, cfg.n_split);
+    std::vector<file_job> jobs;
+    int64_t total = 0;
+    std::vector<uint64_t> bytes;
+    for (const fixture_tensor & t : plan) bytes.push_back(ggml_row_size(t.type, t.ne[0]) * (uint64_t) t.n_rows());
+    for (const fixture_part & part : fixture_split_plan(bytes, cfg.n_split)) {
+        jobs.push_back(make_job(cfg, *arch, d, vocab, plan, part, paths[(size_t) part.no]));
+        total += jobs.back().size;
     }
-    out.pad_to(data_offset + data_size);
-    result.n_bytes = out.pos();
-    st = out.close();
-    if (!st) return st;
+    progress_meter meter(total);
+    int64_t done = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+        st = write_job(jobs[k], plan, cfg.seed, meter, done);
+        if (!st) {
+            for (size_t j = 0; j < k; ++j) remove(jobs[j].path.c_str());  // no partial model is left behind
+            return st;
+        }
+    }
     meter.finish(path);
     result.n_tensors = (int64_t) plan.size();
     result.n_vocab = n_vocab;
+    result.n_bytes = total;
+    result.paths = paths;
     result.seconds = meter.seconds();
     return Status::ok();
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moezip {
 
@@ -17,15 +18,17 @@ namespace moezip {
 struct fixture_write_result {
     int64_t n_tensors = 0;
     int64_t n_vocab   = 0;
-    int64_t n_bytes   = 0; ///< size of the file
+    int64_t n_bytes   = 0; ///< size of the files together
+    std::vector<std::string> paths; ///< the files written: the output, or its split parts in order
     double  seconds   = 0; ///< wall time of the write
 };
 
-/// Writes the fixture `cfg` describes to `path` (replaced if it exists). Prints progress lines to
-/// stderr once the write has taken more than a second. Errors: invalid_argument for a bad shape
-/// or a type whose block size does not divide a tensor's row length (the message names the
-/// tensor, its ne0 and the type; nothing is written then); io_error naming the path when it
-/// cannot be created or written (a partial file is removed).
+/// Writes the fixture `cfg` describes to `path` (replaced if it exists), or with cfg.n_split > 1 to
+/// the split files fixture_split_paths names. Prints progress lines to stderr once the write has
+/// taken more than a second. Errors: invalid_argument for an unknown arch, a bad shape (naming the
+/// flag), a type whose block size does not divide a tensor's row length (naming the tensor, its
+/// ne0 and the type) or a bad --split-files; nothing is written then. io_error naming the path
+/// when a file cannot be created or written (every file of this write is removed).
 Status fixture_write(const fixture_config & cfg, const std::string & path, fixture_write_result & result);
 
 } // namespace moezip

@@ -51,6 +51,8 @@ public:
 
     /// The raw bytes of tensor `id` as stored in the file. Errors: io_error.
     moezip::Status read_raw(int64_t id, std::vector<uint8_t> & out) const;
+    /// Tensor `id` dequantized to f32 (ggml type traits to_float). Errors: io_error.
+    moezip::Status read_f32(int64_t id, std::vector<float> & out) const;
     /// Layer `il`'s FFN dequantized to f32 (ggml type traits to_float). Errors: io_error.
     moezip::Status read_ffn(int64_t il, dense_ffn & out) const;
 
@@ -61,7 +63,6 @@ private:
     moezip::Status check_architecture();
     moezip::Status find_ffn_layers();
     moezip::Status check_ffn_tensor(const char * name, int64_t id, int64_t ne0, int64_t ne1) const;
-    moezip::Status read_f32(int64_t id, std::vector<float> & out) const;
     std::string where() const { return path_ + ": "; }
 
     std::string path_;

@@ -10,11 +10,17 @@ namespace moezip_upcycle {
 bool expert_kind_from_name(const std::string & name, expert_kind & out) {
     if (name == "split")     { out = expert_kind::split;     return true; }
     if (name == "replicate") { out = expert_kind::replicate; return true; }
+    if (name == "none")      { out = expert_kind::none;      return true; }
     return false;
 }
 
 const char * expert_kind_name(expert_kind kind) {
-    return kind == expert_kind::split ? "split" : "replicate";
+    switch (kind) {
+        case expert_kind::split:     return "split";
+        case expert_kind::replicate: return "replicate";
+        case expert_kind::none:      return "none";
+    }
+    return "?";
 }
 
 bool split_kind_from_name(const std::string & name, split_kind & out) {

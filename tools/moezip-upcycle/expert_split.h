@@ -28,6 +28,7 @@ enum class split_kind {
 enum class expert_kind {
     split,      ///< a group of about n_ff / n_expert dense units (MoEfication: the experts partition the FFN)
     replicate,  ///< all n_ff units, each expert in its own unit order (every expert computes the dense FFN)
+    none,       ///< no experts: the dense model itself is written, its matrices converted to --type
 };
 
 /// How the router rows (ffn_gate_inp) are made.
@@ -36,7 +37,7 @@ enum class router_kind {
     gate_mean,  ///< weighted mean of the expert's gate rows, weight ||up_i|| * ||down_i|| (sparse mode)
 };
 
-/// Parses "split" / "replicate"; false if unknown.
+/// Parses "split" / "replicate" / "none"; false if unknown.
 bool expert_kind_from_name(const std::string & name, expert_kind & out);
 /// The flag spelling of an expert kind.
 const char * expert_kind_name(expert_kind kind);

@@ -35,10 +35,17 @@ struct out_tensor {
 
 struct out_shape {
     int64_t n_embd, n_ff_exp, n_expert;
-    ggml_type type;
 };
 
-void plan_moe_layer(std::vector<out_tensor> & plan, int64_t il, const out_shape & sh) {
+// The expert types of layer il: --type, or each the type of the layer's own dense tensor (quantized
+// models mix types per layer, e.g. Q4_K_M).
+void layer_exps_types(const dense_gguf & in, int64_t il, const type_choice & c, ggml_type type[3]) {
+    const dense_layer_ids & l = in.layer(il);
+    const int64_t src[3] = {l.gate, l.up, l.down};
+    for (int k = 0; k < 3; ++k) type[k] = type_choice_resolve(c, gguf_get_tensor_type(in.gguf(), src[k]));
+}
+
+void plan_moe_layer(std::vector<out_tensor> & plan, int64_t il, const out_shape & sh, const ggml_type type[3]) {
     const std::string blk = "blk." + std::to_string(il) + ".";
     auto add = [&](const char * name, ggml_type type, source_kind kind, int64_t ne0, int64_t ne1, int64_t ne2) {
         out_tensor t;
@@ -51,21 +58,24 @@ void plan_moe_layer(std::vector<out_tensor> & plan, int64_t il, const out_shape 
     };
     // shapes: src/models/llama.cpp, llama_model_llama::load_arch_tensors (n_expert != 0 branch)
     add("ffn_gate_inp.weight",  GGML_TYPE_F32, source_kind::gate_inp,  sh.n_embd,   sh.n_expert, 1);
-    add("ffn_gate_exps.weight", sh.type,       source_kind::gate_exps, sh.n_embd,   sh.n_ff_exp, sh.n_expert);
-    add("ffn_up_exps.weight",   sh.type,       source_kind::up_exps,   sh.n_embd,   sh.n_ff_exp, sh.n_expert);
-    add("ffn_down_exps.weight", sh.type,       source_kind::down_exps, sh.n_ff_exp, sh.n_embd,  sh.n_expert);
+    add("ffn_gate_exps.weight", type[0],       source_kind::gate_exps, sh.n_embd,   sh.n_ff_exp, sh.n_expert);
+    add("ffn_up_exps.weight",   type[1],       source_kind::up_exps,   sh.n_embd,   sh.n_ff_exp, sh.n_expert);
+    add("ffn_down_exps.weight", type[2],       source_kind::down_exps, sh.n_ff_exp, sh.n_embd,  sh.n_expert);
 }
 
 // The input's tensors in order; each layer's three dense FFN tensors are replaced, where the first
-// of them stood, by the router and the three expert tensors.
-std::vector<out_tensor> plan_tensors(const dense_gguf & in, const out_shape & sh) {
+// of them stood, by the router and the three expert tensors. With experts none every tensor stays,
+// its type chosen by llama-quantize's rule (type_for_dense_tensor).
+std::vector<out_tensor> plan_tensors(const dense_gguf & in, const out_shape & sh, const upcycle_params & p) {
     std::vector<out_tensor> plan;
     const gguf_context * g = in.gguf();
     for (int64_t id = 0; id < gguf_get_n_tensors(g); ++id) {
-        const int64_t il = in.ffn_layer_of(id);
+        const int64_t il = p.experts == expert_kind::none ? -1 : in.ffn_layer_of(id);
         if (il >= 0) {
             const dense_layer_ids & l = in.layer(il);
-            if (id == std::min({l.gate, l.up, l.down})) plan_moe_layer(plan, il, sh);
+            ggml_type type[3];
+            layer_exps_types(in, il, p.type, type);
+            if (id == std::min({l.gate, l.up, l.down})) plan_moe_layer(plan, il, sh, type);
             continue;
         }
         out_tensor t;
@@ -73,9 +83,26 @@ std::vector<out_tensor> plan_tensors(const dense_gguf & in, const out_shape & sh
         t.type = gguf_get_tensor_type(g, id);
         memcpy(t.ne, gguf_get_tensor_ne(g, id), sizeof t.ne);
         t.src_id = id;
+        if (p.experts == expert_kind::none && !p.type.same) {
+            const int n_dims = t.ne[3] > 1 ? 4 : t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+            t.type = type_for_dense_tensor(t.name, n_dims, t.ne[0], t.type, p.type.type);
+        }
         plan.push_back(t);
     }
     return plan;
+}
+
+// Every tensor whose type differs from its source's is converted here: it must be writable.
+Status check_plan_types(const dense_gguf & in, const std::vector<out_tensor> & plan) {
+    for (const out_tensor & t : plan) {
+        const ggml_type src = t.kind == source_kind::copy ? gguf_get_tensor_type(in.gguf(), t.src_id) : GGML_TYPE_F32;
+        if (t.kind == source_kind::gate_inp || (t.kind == source_kind::copy && t.type == src)) continue;
+        Status s = type_check_writable(t.name, t.type, t.ne[0],
+                                       "choose another --type (f32 and f16 fit any shape), or an --n-expert that makes the "
+                                       "row length a multiple of the block");
+        if (!s) return s;
+    }
+    return Status::ok();
 }
 
 void set_metadata(gguf_context * out, const gguf_context * in, const upcycle_params & p, const upcycle_summary & sum) {
@@ -86,6 +113,10 @@ void set_metadata(gguf_context * out, const gguf_context * in, const upcycle_par
     if (align_id >= 0 && (gguf_get_kv_type(out, align_id) != GGUF_TYPE_UINT32 ||
                           gguf_get_val_u32(out, align_id) != gguf_get_alignment(out))) {
         gguf_remove_key(out, "general.alignment");
+    }
+    if (p.experts == expert_kind::none) {
+        gguf_set_val_str(out, "moezip.upcycle.experts", expert_kind_name(p.experts));
+        return;
     }
     // llama reads n_expert, n_expert_used and n_ff (= per-expert width for MoE layers) from these
     // (src/llama-model.cpp, llama_model::load_hparams).
@@ -119,16 +150,6 @@ std::unique_ptr<gguf_context, gguf_deleter> build_output(const dense_gguf & in, 
     return out;
 }
 
-void f32_to_bytes(const std::vector<float> & src, ggml_type type, std::vector<uint8_t> & out) {
-    if (type == GGML_TYPE_F16) {
-        out.resize(src.size() * sizeof(ggml_fp16_t));
-        ggml_fp32_to_fp16_row(src.data(), reinterpret_cast<ggml_fp16_t *>(out.data()), (int64_t) src.size());
-    } else {
-        out.resize(src.size() * sizeof(float));
-        memcpy(out.data(), src.data(), out.size());
-    }
-}
-
 // Produces output tensor bytes in file order; keeps the MoE FFN of the current layer.
 class tensor_producer {
 public:
@@ -138,7 +159,13 @@ public:
 
     Status operator()(int64_t id, std::vector<uint8_t> & out) {
         const out_tensor & t = plan_[(size_t) id];
-        if (t.kind == source_kind::copy) return in_.read_raw(t.src_id, out);
+        if (t.kind == source_kind::copy) {
+            if (t.type == gguf_get_tensor_type(in_.gguf(), t.src_id)) return in_.read_raw(t.src_id, out);
+            std::vector<float> values;  // experts none: a dense matrix converted to --type
+            Status s = in_.read_f32(t.src_id, values);
+            if (s) type_convert(values, t.type, t.ne[0], out);
+            return s;
+        }
         if (t.layer != layer_) {
             dense_ffn ffn;
             Status s = in_.read_ffn(t.layer, ffn);
@@ -150,10 +177,10 @@ public:
             layer_ = t.layer;
         }
         switch (t.kind) {
-            case source_kind::gate_inp:  f32_to_bytes(moe_.gate_inp, GGML_TYPE_F32, out); break;
-            case source_kind::gate_exps: f32_to_bytes(moe_.gate_exps, t.type, out); break;
-            case source_kind::up_exps:   f32_to_bytes(moe_.up_exps, t.type, out); break;
-            default:                     f32_to_bytes(moe_.down_exps, t.type, out); break;
+            case source_kind::gate_inp:  type_convert(moe_.gate_inp, GGML_TYPE_F32, t.ne[0], out); break;
+            case source_kind::gate_exps: type_convert(moe_.gate_exps, t.type, t.ne[0], out); break;
+            case source_kind::up_exps:   type_convert(moe_.up_exps, t.type, t.ne[0], out); break;
+            default:                     type_convert(moe_.down_exps, t.type, t.ne[0], out); break;
         }
         return Status::ok();
     }
@@ -180,9 +207,6 @@ Status upcycle_check_params(const upcycle_params & p) {
         return Status::invalid_argument("--n-expert-used (" + std::to_string(p.n_expert_used) +
                                         ") must not exceed --n-expert (" + std::to_string(p.n_expert) + ")");
     }
-    if (p.type != GGML_TYPE_F32 && p.type != GGML_TYPE_F16) {
-        return Status::invalid_argument(std::string("--type must be f32 or f16, got ") + ggml_type_name(p.type));
-    }
     if (!std::isfinite(p.router_scale) || p.router_scale <= 0.0f) {
         return Status::invalid_argument("--router-scale must be a positive number");
     }
@@ -202,7 +226,7 @@ Status upcycle_run(const upcycle_params & p, upcycle_summary & sum) {
         st_in.st_dev == st_out.st_dev && st_in.st_ino == st_out.st_ino) {
         return Status::invalid_argument("-o/--output must differ from -i/--input (" + p.output + " is the input file)");
     }
-    if (p.n_expert > in.n_ff()) {
+    if (p.experts != expert_kind::none && p.n_expert > in.n_ff()) {
         return Status::invalid_argument("--n-expert (" + std::to_string(p.n_expert) + ") exceeds n_ff (" +
                                         std::to_string(in.n_ff()) + ") of " + p.input);
     }
@@ -217,9 +241,14 @@ Status upcycle_run(const upcycle_params & p, upcycle_summary & sum) {
     // expert's dense share; replicate: every expert is the whole FFN, weights summing to 1 suffice.
     sum.down_scale = split ? (float) p.n_expert_used : 1.0f;
 
-    const std::vector<out_tensor> plan = plan_tensors(in, {in.n_embd(), sum.n_ff_exp, p.n_expert, p.type});
+    layer_exps_types(in, 0, p.type, sum.exps_type);
+    const std::vector<out_tensor> plan = plan_tensors(in, {in.n_embd(), sum.n_ff_exp, p.n_expert}, p);
+    s = check_plan_types(in, plan);
+    if (!s) return s;
+    for (const out_tensor & t : plan)
+        if (t.kind == source_kind::copy && t.type != gguf_get_tensor_type(in.gguf(), t.src_id)) ++sum.n_converted;
     sum.n_tensors = (int64_t) plan.size();
-    sum.graph_nodes_estimate = in.n_layer() * (2 * p.n_expert_used + 40);
+    sum.graph_nodes_estimate = p.experts == expert_kind::none ? 0 : in.n_layer() * (2 * p.n_expert_used + 40);
     sum.graph_nodes_budget = std::max<int64_t>(1024, 8 * sum.n_tensors);
     auto out = build_output(in, plan, p, sum);
     moe_build_params build;

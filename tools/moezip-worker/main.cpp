@@ -6,11 +6,13 @@
 //
 // Prints one line to stdout once the socket is bound and the experts are loaded:
 //   moezip-worker: serving <endpoint> experts <ranges> of <n_expert> (<n> MoE layers, <x> MiB of
-//   expert weights in memory, cpu <variant>)
+//   expert weights in memory, cpu <variant>, instance <id>; layers <ranges> from <file>)
+// where a split model lists each file with the layers whose expert tensors it holds:
+//   ...; layers 0-3 from 3 files: m-00001-of-00003.gguf (0), m-00002-of-00003.gguf (1-2), ...)
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config; exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
 #include "coordinator/config/config.h"
-#include "coordinator/config/config_internal.h"  // config_endpoint_valid
+#include "coordinator/config/config_endpoint.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/log.h"
 #include "tools/moezip-worker/worker_engine.h"
@@ -35,6 +37,29 @@ struct WorkerSettings {
     int threads = 1;
     bool use_mmap = false;
 };
+
+/// Layer indices as ranges ("0-2,5"), "none" when empty.
+std::string layers_text(const std::vector<int> & layers) {
+    std::vector<moezip::ExpertRange> ranges;
+    for (int il : layers) {
+        if (!ranges.empty() && ranges.back().last + 1 == il) ranges.back().last = il;
+        else ranges.push_back({il, il});
+    }
+    return ranges.empty() ? "none" : moezip::expert_ranges_format(ranges);
+}
+
+/// "layers 0-1 from m.gguf", or for a split model every file with the layers it holds.
+std::string files_text(const moezip::WorkerModel & w) {
+    std::vector<int> all;
+    for (const auto & l : w.layers()) all.push_back(l.il);
+    const std::vector<moezip::WorkerFile> files = w.files();
+    std::string text = "layers " + layers_text(all) + " from ";
+    if (files.size() == 1) return text + files[0].path;
+    text += std::to_string(files.size()) + " files: ";
+    for (size_t k = 0; k < files.size(); ++k)
+        text += (k ? ", " : "") + files[k].path + " (" + layers_text(files[k].layers) + ")";
+    return text;
+}
 
 int fail(int code, const std::string & message) {
     fprintf(stderr, "moezip-worker: %s\n", message.c_str());
@@ -101,7 +126,7 @@ int main(int argc, char ** argv) {
     st = moezip::worker_engine_load(engine, engine_dir);
     if (!st) return fail(1, st.message());
     moezip::WorkerModel weights;
-    st = weights.load({s.model, s.experts, s.use_mmap}, engine.api);
+    st = weights.load({s.model, s.experts, s.use_mmap}, engine.read_api());
     if (!st) return fail(1, st.message());
     if (!moezip::worker_endpoint_is_loopback(s.bind))
         fprintf(stderr, "moezip-worker: warning: %s is not a loopback endpoint: anyone who can reach it can use this "
@@ -112,11 +137,12 @@ int main(int argc, char ** argv) {
     bool served = false;
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
-        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s)\n",
+        printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s; "
+               "%s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
                s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str(),
-               moezip::hex64(opt.instance).c_str());
+               moezip::hex64(opt.instance).c_str(), files_text(weights).c_str());
         fflush(stdout);
     };
     st = moezip::worker_serve(opt, weights, engine, on_ready, counters);

@@ -17,6 +17,7 @@
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
+#include "tools/moezip-worker/request_check.h"
 #include "tools/moezip-worker/worker_model.h"
 
 #include <zmq.hpp>
@@ -28,35 +29,32 @@ namespace moezip {
 
 class WorkerCompute {
 public:
-    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads) : model_(model), api_(api), exec_(api, n_threads) {}
+    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads)
+        : model_(model), api_(api), exec_(api, n_threads), shape_(request_shape_of(model, api)) {}
 
-    /// Checks everything about a compute request before anything is allocated or computed: frame
-    /// count (3, or 4 with an n_ff slice: 8 bytes, reply row_sums, whole blocks inside n_ff), dtypes
-    /// (f32, i32, f32[, i32]), layer (a MoE layer of the model), n_embd and n_ff (the
-    /// model's), 0 <= n_rows <= kMaxRows, 1 <= n_used <= kMaxUsed, reply kind, glu_op (SWIGLU,
-    /// GEGLU, REGLU, GEGLU_ERF, GEGLU_QUICK), frame sizes against the dims, received frames against
-    /// the header (sizes, XXH3-64), every id in [-1, n_expert) and every id >= 0 served here.
-    /// `frames`/`sizes` are the n received data frames. On error `code` is the reply's ErrorCode
-    /// (bad_frames, bad_hash, bad_layer, bad_shape, bad_kind, bad_expert) and the message names the field.
-    Status validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, ErrorCode & code) const;
+    /// request_check_compute (request_check.h) of a compute request against the served model's shape.
+    Status validate(const MsgHeader & h, int n, const void * const * frames, const size_t * sizes, ErrorCode & code) const {
+        return request_check_compute(shape_, h, n, frames, sizes, code);
+    }
 
     /// Computes a validated request. `reply` gets the result header (request_id, layer, dims,
     /// n_pairs, reply kind echoed; frame 0 size and hash set); `out` the result bytes.
     /// Errors: io_error from ggml (reply compute_failed).
     Status compute(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out);
 
+    /// The shape requests are checked against: the model's MoE layers (down weights' block size
+    /// from `api`), experts and served experts.
+    static RequestShape request_shape_of(const WorkerModel & model, const GgmlApi & api);
+
 private:
-    Status validate_header(const MsgHeader & h, ErrorCode & code) const;
-    Status validate_ids(const MsgHeader & h, const int32_t * ids, ErrorCode & code) const;
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
                          const float * weights, int64_t n_pairs, float * slots);
 
-    static void slice_of(const void * frame, int64_t & first, int64_t & count);
-
     const WorkerModel & model_;
     const GgmlApi & api_;
     MoeExecutor exec_;
+    RequestShape shape_;
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums
     std::vector<float> pair_hidden_, pair_weights_;   // gathered rows for the (row, slot) pair path
     std::vector<int32_t> pair_ids_;

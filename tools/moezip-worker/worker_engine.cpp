@@ -29,14 +29,15 @@ bool is_file(const std::string & path) {
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// libggml.so (a CMake build) or libggml.<tag>.so (node-llama-cpp: libggml.v0.4.0.so); "" when none.
-std::string find_libggml(const std::string & dir) {
-    if (is_file(dir + "/libggml.so")) return dir + "/libggml.so";
+// <stem>.so (a CMake build: libggml.so) or <stem>.<tag>.so (node-llama-cpp: libggml.v0.4.0.so); "" when none.
+std::string find_library(const std::string & dir, const std::string & stem) {
+    if (is_file(dir + "/" + stem + ".so")) return dir + "/" + stem + ".so";
     std::string found;
     if (DIR * d = opendir(dir.c_str())) {
         while (dirent * e = readdir(d)) {
-            std::string n = e->d_name;
-            if (n.rfind("libggml.", 0) == 0 && n.size() > 11 && n.compare(n.size() - 3, 3, ".so") == 0) found = dir + "/" + n;
+            const std::string n = e->d_name;
+            if (n.rfind(stem + ".", 0) == 0 && n.size() > stem.size() + 4 && n.compare(n.size() - 3, 3, ".so") == 0)
+                found = dir + "/" + n;
         }
         closedir(d);
     }
@@ -57,12 +58,25 @@ using LoadAllFn = void (*)(const char *);
 using RegByNameFn = ggml_backend_reg_t (*)(const char *);
 
 Status open_engine(const std::string & dir, void *& base, void *& ggml) {
-    const std::string ggml_path = find_libggml(dir);
+    const std::string ggml_path = find_library(dir, "libggml");
     if (ggml_path.empty()) return Status::not_found("no libggml.so or libggml.*.so in " + dir);
     base = dlopen((dir + "/libggml-base.so").c_str(), RTLD_NOW | RTLD_LOCAL);
     if (base == nullptr) return Status::io_error(std::string("cannot load the engine's libggml-base: ") + dlerror());
     ggml = dlopen(ggml_path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (ggml == nullptr) return Status::io_error(std::string("cannot load the engine's libggml: ") + dlerror());
+    return Status::ok();
+}
+
+// llama_split_prefix/llama_split_path, the names of a split model's files, from the engine's libllama.
+Status bind_split_names(WorkerEngine & out) {
+    const std::string path = find_library(out.lib_dir, "libllama");
+    if (path.empty()) return Status::not_found("no libllama.so or libllama.*.so in " + out.lib_dir);
+    void * llama = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (llama == nullptr) return Status::io_error(std::string("cannot load the engine's libllama: ") + dlerror());
+    out.llama_split_prefix = reinterpret_cast<decltype(out.llama_split_prefix)>(dlsym(llama, "llama_split_prefix"));
+    out.llama_split_path = reinterpret_cast<decltype(out.llama_split_path)>(dlsym(llama, "llama_split_path"));
+    if (out.llama_split_prefix == nullptr || out.llama_split_path == nullptr)
+        return Status::not_found(path + " has no llama_split_prefix/llama_split_path");
     return Status::ok();
 }
 
@@ -114,7 +128,9 @@ Status worker_engine_load(WorkerEngine & out, const std::string & engine) {
     if (!st) return st;
     out.ggml_version = out.api.ggml_version();
     out.ggml_commit = out.api.ggml_commit();
-    return load_cpu(out, ggml);
+    st = load_cpu(out, ggml);
+    if (!st) return st;
+    return bind_split_names(out);
 }
 
 } // namespace moezip

@@ -1,6 +1,7 @@
 // moezip-worker: the host's ggml, loaded at run time from the engine's folder.
 //
-// The worker links no ggml library: it dlopens libggml-base and libggml from one engine folder
+// The worker links no ggml library: it dlopens libggml-base, libggml and libllama (for the split
+// model's file names only) from one engine folder
 // (--engine, default the engine moezip was built for, engine_pin.h), binds the GgmlApi from them
 // and checks them with the ABI guard, exactly as the preload does in the host. The CPU backend is
 // then loaded as the engine loads it, ggml_backend_load_all_from_path(<folder>):
@@ -15,6 +16,7 @@
 
 #include "coordinator/base/status.h"
 #include "preload/engine_api.h"
+#include "tools/moezip-worker/gguf_parts.h"
 
 #include <string>
 
@@ -29,6 +31,11 @@ struct WorkerEngine {
     std::string cpu_variant;   ///< "zen4" for libggml-cpu-zen4.so, "default" for a default build's libggml-cpu.so
     std::string cpu_path;      ///< path of the CPU library
     std::string cpu_build_id;  ///< its GNU build-id, lowercase hex
+    decltype(&::llama_split_prefix) llama_split_prefix = nullptr;  ///< from the engine's libllama
+    decltype(&::llama_split_path) llama_split_path = nullptr;
+
+    /// What the model's files are read with (valid while this object lives).
+    GgufReadApi read_api() const { return {&api, llama_split_prefix, llama_split_path}; }
 };
 
 /// The folder holding libggml-base.so for `engine`: `engine` itself, its bin/ (a llama.cpp CMake
@@ -36,7 +43,8 @@ struct WorkerEngine {
 /// install); "" when none has it.
 std::string worker_engine_lib_dir(const std::string & engine);
 
-/// Loads the engine's ggml from `engine` ("" = the engine moezip was built for), checks it with the
+/// Loads the engine's ggml (and libllama's llama_split_prefix/llama_split_path) from `engine` ("" =
+/// the engine moezip was built for), checks it with the
 /// ABI guard, loads its CPU backend, checks that exactly one libggml-cpu* object is loaded and that it
 /// holds the registered "CPU" backend, and binds the GgmlApi. Errors: not_found (no libggml-base or
 /// libggml in the folder, no CPU library could be loaded), mismatch (the ABI guard refused the engine,

@@ -15,9 +15,9 @@ namespace moezip {
 
 namespace {
 
-// The three tensors of one layer, by gguf tensor id (-1 = absent).
+// The three tensors of one layer (tensor nullptr = absent).
 struct LayerIds {
-    int64_t gate = -1, up = -1, down = -1;
+    GgufTensorLoc gate, up, down;
 };
 
 std::string shape_text(const ggml_tensor * t) {
@@ -44,35 +44,18 @@ bool split_block_name(const char * name, int & il, std::string & suffix) {
 
 WorkerModel::~WorkerModel() {
     for (auto & m : maps_) munmap(m.first, m.second);
-    if (gguf_) api_->gguf_free(gguf_);  // set whenever gguf_/meta_ are
-    if (meta_) api_->ggml_free(meta_);
-    if (fd_ >= 0) close(fd_);
-}
-
-Status WorkerModel::read_metadata(const std::string & path) {
-    path_ = path;
-    fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) return Status::io_error("model " + path + ": " + strerror(errno));
-    struct stat st;
-    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return Status::io_error("model " + path + ": not a regular file");
-    file_size_ = (uint64_t) st.st_size;
-    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta_};
-    gguf_ = api_->gguf_init_from_file(path.c_str(), params);
-    if (gguf_ == nullptr) return Status::invalid_argument("model " + path + ": not a GGUF file, or its header is malformed");
-    return Status::ok();
 }
 
 Status WorkerModel::find_layers() {
     std::map<int, LayerIds> found;
-    const int64_t n = api_->gguf_get_n_tensors(gguf_);
-    for (int64_t id = 0; id < n; ++id) {
-        const char * name = api_->gguf_get_tensor_name(gguf_, id);
+    for (const GgufTensorLoc & t : parts_.tensors()) {
+        const char * name = t.tensor->name;
         int il = 0;
         std::string suffix;
         if (!split_block_name(name, il, suffix) || suffix.find("_exps") == std::string::npos) continue;
-        if (suffix == "ffn_gate_exps.weight") found[il].gate = id;
-        else if (suffix == "ffn_up_exps.weight") found[il].up = id;
-        else if (suffix == "ffn_down_exps.weight") found[il].down = id;
+        if (suffix == "ffn_gate_exps.weight") found[il].gate = t;
+        else if (suffix == "ffn_up_exps.weight") found[il].up = t;
+        else if (suffix == "ffn_down_exps.weight") found[il].down = t;
         else if (suffix == "ffn_gate_up_exps.weight")
             return Status::unsupported("model " + path_ + ": " + name + " is a fused gate+up expert tensor; moezip-worker "
                                        "needs separate ffn_gate_exps and ffn_up_exps");
@@ -82,16 +65,17 @@ Status WorkerModel::find_layers() {
     }
     for (const auto & kv : found) {
         const std::string blk = "model " + path_ + ": blk." + std::to_string(kv.first);
-        if (kv.second.gate < 0 && kv.second.up >= 0)
+        const LayerIds & ids = kv.second;
+        if (!ids.gate.tensor && ids.up.tensor)
             return Status::unsupported(blk + " has ffn_up_exps but no ffn_gate_exps (a gate-less MoE): not supported");
-        if (kv.second.gate < 0 || kv.second.up < 0 || kv.second.down < 0)
+        if (!ids.gate.tensor || !ids.up.tensor || !ids.down.tensor)
             return Status::invalid_argument(blk + " lacks one of ffn_gate_exps/ffn_up_exps/ffn_down_exps.weight");
         WorkerLayer l;
         l.il = kv.first;
-        l.gate_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.gate));
-        l.up_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.up));
-        l.down_exps = api_->ggml_get_tensor(meta_, api_->gguf_get_tensor_name(gguf_, kv.second.down));
-        if (!l.gate_exps || !l.up_exps || !l.down_exps) return Status::invalid_argument(blk + ": tensor metadata missing");
+        l.gate_exps = ids.gate.tensor;
+        l.up_exps = ids.up.tensor;
+        l.down_exps = ids.down.tensor;
+        for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down}) locs_[t->tensor] = *t;
         Status st = check_layer(l);
         if (!st) return st;
         layers_.push_back(l);
@@ -116,14 +100,9 @@ Status WorkerModel::check_layer(WorkerLayer & l) {
         return Status::invalid_argument(where + l.gate_exps->name + " has " + std::to_string(l.n_expert) +
                                         " experts, an earlier layer " + std::to_string(n_expert_));
     n_expert_ = l.n_expert;
-    for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-        const int64_t id = api_->gguf_find_tensor(gguf_, t->name);
-        const uint64_t off = api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, id);
+    for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {  // GgufParts checked that each lies inside its file
         if (t->nb[2] * (size_t) t->ne[2] != api_->ggml_nbytes(t))
             return Status::invalid_argument(where + t->name + " is not densely laid out");
-        if (off + api_->ggml_nbytes(t) > file_size_)
-            return Status::io_error(where + t->name + " ends at byte " + std::to_string(off + api_->ggml_nbytes(t)) +
-                                    ", past the end of the file (" + std::to_string(file_size_) + " bytes): truncated?");
     }
     return Status::ok();
 }
@@ -134,39 +113,53 @@ const WorkerLayer * WorkerModel::layer(int il) const {
     return nullptr;
 }
 
+std::vector<WorkerFile> WorkerModel::files() const {
+    std::vector<WorkerFile> out;
+    for (const GgufPart & p : parts_.parts()) out.push_back({p.path, {}});
+    for (const WorkerLayer & l : layers_) {
+        for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
+            std::vector<int> & layers = out[(size_t) loc(t).part].layers;
+            if (layers.empty() || layers.back() != l.il) layers.push_back(l.il);
+        }
+    }
+    return out;
+}
+
 Status WorkerModel::place_mmap() {
-    void * base = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
-    if (base == MAP_FAILED) return Status::io_error("model " + path_ + ": mmap failed: " + strerror(errno));
-    maps_.emplace_back(base, file_size_);
+    std::vector<uint8_t *> bases;
+    for (const GgufPart & p : parts_.parts()) {
+        void * base = mmap(nullptr, p.size, PROT_READ, MAP_SHARED, p.fd, 0);
+        if (base == MAP_FAILED) return Status::io_error("model " + p.path + ": mmap failed: " + strerror(errno));
+        maps_.emplace_back(base, p.size);
+        bases.push_back(static_cast<uint8_t *>(base));
+    }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-            const uint64_t off = file_offset_of(t);
-            t->data = static_cast<uint8_t *>(base) + off;
+            uint8_t * base = bases[(size_t) loc(t).part];
+            const uint64_t off = loc(t).offset;
+            t->data = base + off;
             for (const ExpertRange & r : served_) {  // ask the kernel to read the served slices ahead
                 uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
                 a -= a % page;
-                madvise(static_cast<uint8_t *>(base) + a, b - a, MADV_WILLNEED);
+                madvise(base + a, b - a, MADV_WILLNEED);
             }
         }
     }
     return Status::ok();
 }
 
-uint64_t WorkerModel::file_offset_of(const ggml_tensor * t) const {
-    return api_->gguf_get_data_offset(gguf_) + api_->gguf_get_tensor_offset(gguf_, api_->gguf_find_tensor(gguf_, t->name));
-}
-
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
-    const uint64_t off = file_offset_of(t);
+    const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
+    const uint64_t off = loc(t).offset;
     for (const ExpertRange & r : served_) {
         uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
         const uint64_t start = (uint64_t) r.first * t->nb[2];
         while (done < want) {
-            ssize_t n = pread(fd_, base + start + done, want - done, (off_t) (off + start + done));
+            ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0)
-                return Status::io_error("model " + path_ + ": reading " + t->name + ": " +
+                return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
                                         (n < 0 ? strerror(errno) : "unexpected end of file"));
             done += (uint64_t) n;
         }
@@ -198,9 +191,10 @@ void WorkerModel::compute_digests() {
                 l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
 }
 
-Status WorkerModel::load(const WorkerModelOptions & opt, const GgmlApi & api) {
-    api_ = &api;
-    Status st = read_metadata(opt.path);
+Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api) {
+    api_ = api.ggml;
+    path_ = opt.path;
+    Status st = parts_.open(opt.path, api);
     if (st) st = find_layers();
     if (!st) return st;
     served_ = opt.experts.empty() ? std::vector<ExpertRange>{{0, (int) n_expert_ - 1}} : opt.experts;

@@ -1,5 +1,8 @@
 // moezip-worker: the routed-expert weights of a GGUF model, only the experts this worker serves.
 //
+// The model may be one file or a split model given by its first part: every part is opened
+// (gguf_parts.h) and each tensor is read from the part that holds it.
+//
 // MoE layers are found by tensor name (llama.cpp's LLM_TENSOR_FFN_*_EXPS, src/llama-arch.cpp):
 //   blk.N.ffn_gate_exps.weight  [n_embd, n_ff, n_expert]
 //   blk.N.ffn_up_exps.weight    [n_embd, n_ff, n_expert]
@@ -17,7 +20,7 @@
 
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "tools/moezip-worker/gguf_parts.h"
 
 #include "ggml.h"
 #include "gguf.h"
@@ -41,9 +44,15 @@ struct WorkerLayer {
     std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(...)
 };
 
+/// One file of the model and the MoE layers whose expert tensors it holds.
+struct WorkerFile {
+    std::string path;
+    std::vector<int> layers;           ///< block indices, ascending (a layer may span two files)
+};
+
 /// What to load.
 struct WorkerModelOptions {
-    std::string path;                  ///< GGUF file
+    std::string path;                  ///< GGUF file, or the first part of a split model
     std::vector<ExpertRange> experts;  ///< experts to serve; empty = all
     bool use_mmap = false;             ///< map the file instead of reading into anonymous memory
 };
@@ -55,13 +64,13 @@ public:
     WorkerModel(const WorkerModel &) = delete;
     WorkerModel & operator=(const WorkerModel &) = delete;
 
-    /// Reads the metadata, finds the MoE layers and loads the served experts. Errors:
-    /// io_error (open/read/map failed, file shorter than its tensors), invalid_argument (not a
-    /// GGUF, no MoE layer, shapes disagree, experts outside [0, n_expert)), unsupported (fused or
-    /// biased expert tensors). Every message names the file and, where one is at fault, the tensor.
-    /// GGUF parsing goes through `api` (the engine's libggml-base, bound at run time), which must
-    /// outlive this object.
-    Status load(const WorkerModelOptions & opt, const GgmlApi & api);
+    /// Reads the metadata of every file, finds the MoE layers and loads the served experts. Errors:
+    /// io_error (open/read/map failed, a split part missing, file shorter than its tensors),
+    /// invalid_argument (not a GGUF, a split model's later part, no MoE layer, shapes disagree,
+    /// experts outside [0, n_expert)), unsupported (fused or biased expert tensors). Every message
+    /// names the file and, where one is at fault, the tensor. Files are read through `api` (the
+    /// engine bound at run time), which must outlive this object.
+    Status load(const WorkerModelOptions & opt, const GgufReadApi & api);
 
     /// The MoE layer with block index il, or nullptr.
     const WorkerLayer * layer(int il) const;
@@ -72,24 +81,23 @@ public:
     const std::vector<ExpertRange> & served() const { return served_; }
     /// Bytes of the served experts' slices over all layers (what is read into memory).
     uint64_t served_bytes() const { return served_bytes_; }
+    /// The model's files in part order, each with the MoE layers it holds expert tensors of.
+    std::vector<WorkerFile> files() const;
 
 private:
-    Status read_metadata(const std::string & path);
     Status find_layers();
     Status check_layer(WorkerLayer & l);
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
-    /// Byte offset of a tensor's data in the file.
-    uint64_t file_offset_of(const ggml_tensor * t) const;
     void compute_digests();
 
-    const GgmlApi * api_ = nullptr;
-    std::string path_;
-    int fd_ = -1;
-    uint64_t file_size_ = 0;
-    gguf_context * gguf_ = nullptr;
-    ggml_context * meta_ = nullptr;
+    const GgufTensorLoc & loc(const ggml_tensor * t) const { return locs_.at(t); }
+
+    const GgmlApi * api_ = nullptr;    // the engine's libggml-base (ggml_nbytes)
+    std::string path_;                 // as given: the first file
+    GgufParts parts_;
+    std::map<const ggml_tensor *, GgufTensorLoc> locs_;  // every expert tensor: its part and offset
     std::vector<WorkerLayer> layers_;
     int64_t n_expert_ = 0;
     std::vector<ExpertRange> served_;
