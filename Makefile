@@ -3,18 +3,34 @@
 # (docs/fuzzing.md).
 # Every target first runs `make deps` (tools/install-deps.sh), which installs only what is missing.
 
-ENGINE_BIN := $(CURDIR)/.deps/engine/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-ENGINE_SRC := $(CURDIR)/.deps/llama.cpp
-BUILD      := build
+# The engine moezip is built for: a node-llama-cpp install (a folder holding node_modules/) or a
+# llama.cpp CMake build folder. Default: the pinned node-llama-cpp 3.21.1 that `make deps` installs.
+# `make deps` (tools/engines/engine-config.sh) resolves it into $(BUILD)/engine.mk (ENGINE_NAME,
+# ENGINE_BIN, ENGINE_SRC, ENGINE_LINK) and the identity compiled in, $(BUILD)/gen/engine_pin.inc.
+# One build folder per engine: make ENGINE=~/llama.cpp/build BUILD=build-mine (README).
+PINNED_ENGINE := $(CURDIR)/.deps/engine
+ENGINE     ?= $(PINNED_ENGINE)
+BUILD      ?= build
 SHARED     ?= $(abspath ../shared)
+# Engines `make test` builds moezip for besides $(ENGINE) (tools/engines/prepare.sh; docs/engines.md).
+# `make test TEST_ENGINES=` skips them (their tests then report as skipped).
+TEST_ENGINES ?= llama.cpp:pinned npm:3.22.1 npm:3.20.0
+ifeq ($(abspath $(ENGINE)),$(PINNED_ENGINE))
+ENGINE_SRC_ARG := $(CURDIR)/.deps/llama.cpp
+DEPS_FLAGS :=
+else
+DEPS_FLAGS := --no-engine
+endif
+-include $(BUILD)/engine.mk
 
 CXX      ?= g++
 CC       ?= gcc
 SANITIZE ?=
 OPT      ?= -O2
 CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -MMD -MP
-# The engine's headers (public and the internal ggml-impl.h), from the bundle of the exact build.
-CPPFLAGS := -I$(CURDIR) -isystem $(ENGINE_SRC)/include -isystem $(ENGINE_SRC)/ggml/include \
+# The engine's headers (public and the internal ggml-impl.h), from its own source tree; the pin
+# (engine_pin.inc) from the build folder.
+CPPFLAGS := -I$(CURDIR) -I$(BUILD)/gen -isystem $(ENGINE_SRC)/include -isystem $(ENGINE_SRC)/ggml/include \
             -isystem $(ENGINE_SRC)/ggml/src
 LDFLAGS  :=
 ifneq ($(SANITIZE),)
@@ -22,9 +38,9 @@ CXXFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SANITIZE)
 endif
 
-# Our own programs link the engine directly; libmoezip.so never does (it binds at run time).
-ENGINE_LIBS := -L$(ENGINE_BIN) -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so \
-               -Wl,-rpath,$(ENGINE_BIN)
+# Our own programs link the engine directly; libmoezip.so and moezip-worker never do (they bind
+# it at run time: the host's libraries, or the worker's --engine).
+ENGINE_LIBS := $(ENGINE_LINK)
 SYS_LIBS    := -lzmq -lxxhash -ldl -lpthread
 
 # Core: everything tests, tools and the preload share. preload/hooks.cpp (the extern "C" shims)
@@ -68,18 +84,30 @@ FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coor
 FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test run bench clean fixtures fuzz fuzz-build fuzz-seeds
+.PHONY: all deps test run bench clean fixtures fuzz fuzz-build fuzz-seeds engines engine-tools
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 all: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-all
 
-.PHONY: build-all
+.PHONY: build-all build-engine-tools
 build-all: $(PRELOAD_LIB) $(TOOLS) $(TEST_BIN) $(TEST_HOST) $(DEEPBIND_HOST) $(FUZZ_BINS)
 
 deps:
-	@tools/install-deps.sh
+	@tools/install-deps.sh $(DEPS_FLAGS)
+	@tools/engines/engine-config.sh "$(ENGINE)" "$(BUILD)" $(ENGINE_SRC_ARG)
 
-$(BUILD)/obj/%.o: %.cpp
+# What a host and its workers need, for one engine, without the test suite (tools/engines/prepare.sh
+# builds it per test engine; README "Your own llama.cpp").
+engine-tools: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) build-engine-tools
+build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report
+
+# Installs or builds every engine of TEST_ENGINES (cached: docs/engines.md) and moezip for each in
+# build-engines/<name>/; writes $(BUILD)/engines.json for the tests.
+engines: deps
+	+@SANITIZE=$(SANITIZE) tools/engines/prepare.sh "$(BUILD)" $(TEST_ENGINES)
+
+$(BUILD)/obj/%.o: %.cpp $(BUILD)/engine.mk
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
@@ -99,6 +127,11 @@ tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp))
 $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
+
+# The worker loads the host's ggml at run time (tools/moezip-worker/worker_engine.h): no engine link.
+$(BUILD)/bin/moezip-worker: $$(call tool_objs,moezip-worker) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(SYS_LIBS)
 
 $(TEST_HOST): $(TEST_HOST_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
@@ -137,6 +170,7 @@ $(FUZZ)/fuzz_seeds: tests/fuzz/fuzz_seeds.cpp coordinator/wire/protocol.cpp coor
 	$(CXX) $(CPPFLAGS) -std=c++17 -O1 -Wall -Wextra -Werror -o $@ $(filter %.cpp,$^) -lxxhash
 
 test: all
+	+@$(MAKE) --no-print-directory engines
 	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) SANITIZE=$(SANITIZE) CXX=$(CXX) tools/run-tests.sh
 
 run: all

@@ -7,7 +7,7 @@
 // tools and the tests fill the same table the same way, so all of them run one code path.
 //
 // The types come from the engine's own headers (ggml.h, ggml-cpu.h, ggml-backend.h of the bundled
-// source, commit pinned in abi_pin.h): `decltype(&::f)` gives each pointer the exact signature
+// source of the engine moezip is built for, engine_pin.h): `decltype(&::f)` gives each pointer the exact signature
 // without referencing the symbol.
 #pragma once
 
@@ -36,7 +36,8 @@ namespace moezip {
     X(ggml_backend_buffer_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_name) \
     X(ggml_backend_reg_get_proc_address) X(ggml_get_tensor) \
     X(gguf_init_from_file) X(gguf_free) X(gguf_get_n_tensors) X(gguf_get_tensor_name) X(gguf_get_tensor_offset) \
-    X(gguf_get_data_offset) X(gguf_get_tensor_size)
+    X(gguf_get_data_offset) X(gguf_get_tensor_size) X(gguf_find_tensor) X(ggml_log_set) \
+    X(gguf_find_key) X(gguf_get_kv_type) X(gguf_get_val_u16) X(gguf_get_val_i32)
 
 // Functions of the CPU backend variant (libggml-cpu-<isa>.so) the engine selected.
 #define MOEZIP_GGML_CPU_FUNCTIONS(X) X(ggml_graph_plan) X(ggml_graph_compute)

@@ -78,6 +78,13 @@ void * loaded_object_handle(const std::string & path) {
     return dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
 }
 
+std::string cpu_library_name(const std::string & path) {
+    const std::string file = path.substr(path.rfind('/') + 1);
+    if (file.rfind("libggml-cpu-", 0) == 0) return file.substr(12, file.find(".so") - 12);
+    if (file == "libggml-cpu.so" || file.rfind("libggml-cpu.so.", 0) == 0) return "default";
+    return file;
+}
+
 std::string loaded_object_build_id(const std::string & path) {
     FindBuildId f{&path, ""};
     dl_iterate_phdr(find_build_id, &f);

@@ -17,6 +17,10 @@ std::string loaded_object_path(const char * prefix);
 /// A handle for an already loaded object (RTLD_NOLOAD); nullptr when it is not loaded.
 /// The handle holds a reference; it is never closed (the engine keeps the object loaded anyway).
 void * loaded_object_handle(const std::string & path);
+/// The name moezip gives the CPU backend library at `path`: "zen4" for a backend-DL variant
+/// libggml-cpu-zen4.so, "default" for the single libggml-cpu.so[.N] of a default llama.cpp build,
+/// else the file name.
+std::string cpu_library_name(const std::string & path);
 /// The GNU build-id of a loaded object as lowercase hex, "" when it has none.
 std::string loaded_object_build_id(const std::string & path);
 

@@ -155,12 +155,13 @@ void read_config_locked(Session & s) {
 // may change what the engine does.
 bool engine_accepted_locked(Session & s) {
     if (s.engine_checked) return s.engine_ok;
-    void * base = loaded_object_handle(loaded_object_path("libggml-base"));
+    const std::string base_path = loaded_object_path("libggml-base");
+    void * base = loaded_object_handle(base_path);
     if (base == nullptr) return false;  // not loaded yet: ask again later
     s.engine_checked = true;
     GgmlApi api;
     Status st = ggml_api_bind_base(api, base);
-    if (st) st = abi_guard_check(api);
+    if (st) st = abi_guard_check(api, base_path);
     s.engine_ok = (bool) st;
     if (!st) LOG_ERROR("%s: running passthrough (the engine runs exactly as without moezip)", st.message().c_str());
     return s.engine_ok;
@@ -189,7 +190,7 @@ Status bind_engine(Session & s, const void * caller, ComputeFn real) {
     if (!st) return st;
     s.ev.ggml_version = s.api.ggml_version();
     s.ev.ggml_commit = s.api.ggml_commit();
-    st = abi_guard_check(s.api);
+    st = abi_guard_check(s.api, base);
     s.ev.abi_status = st ? "ok" : st.message();
     if (!st) return st;
     std::string cpu = object_path_of(caller);
@@ -198,8 +199,7 @@ Status bind_engine(Session & s, const void * caller, ComputeFn real) {
     s.api.ggml_graph_compute = real;  // never our own hook, whatever dlsym said
     BackendVariant & v = s.ev.variant;
     v.path = cpu;
-    std::string file = cpu.substr(cpu.rfind('/') + 1);
-    v.name = file.rfind("libggml-cpu-", 0) == 0 ? file.substr(12, file.find(".so") - 12) : file;
+    v.name = cpu_library_name(cpu);
     v.build_id = loaded_object_build_id(cpu);
     v.compute_fn = reinterpret_cast<const void *>(real);
     return Status::ok();

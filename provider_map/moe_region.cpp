@@ -124,6 +124,16 @@ bool collect_sum(ggml_tensor * out, ggml_tensor * weighted, int64_t n_used_ids,
     return true;
 }
 
+// A precision or hint the engine set on an expert matmul (newer ggml's ggml_prec_set_acc/_src, e.g.
+// llama.cpp's mistral4 experts; ggml_mul_mat_set_hint) lives in its op_params. moezip computes with a
+// plain ggml_mul_mat_id, whose op_params are all zero (abi_probe.cpp checks that), so such a node
+// could run other kernels than moezip's: the region is left to the engine.
+bool has_op_params(const ggml_tensor * t) {
+    for (int32_t p : t->op_params)
+        if (p != 0) return true;
+    return false;
+}
+
 // A weight the executor can compute with the engine's own kernels: in host memory, either in GGUF
 // layout or in a CPU "extra" buffer type whose tensor traits (tensor->extra) the CPU backend
 // dispatches to (CPU_REPACK: interleaved q4_0/q4_K/iq4_nl layouts, ggml/src/ggml-cpu/repack.cpp).
@@ -236,6 +246,12 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         }
         summed = weighted;
     }
+    for (const ggml_tensor * m : {up, gate, down})
+        if (has_op_params(m)) {
+            why = std::string(m->name) + " carries op params (a precision or hint set by the engine) that moezip's "
+                  "ggml_mul_mat_id would not";
+            return false;
+        }
     ggml_tensor * weights = weighted->src[1];
     r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = out;
     r.gate_exps = gate->src[0]; r.up_exps = up->src[0]; r.down_exps = down->src[0];

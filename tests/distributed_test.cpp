@@ -14,20 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string upcycled_stories(int n_expert, int n_used) {
-    const std::string src = shared_dir() + "/fixtures/stories260K.gguf";
-    EXPECT_EQ(sha256_file(src), "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d")
-        << "wrong or missing " << src << " (see ../shared/fixtures/SOURCES.md)";
-    std::string out = build_dir() + "/fixtures/stories260K-moe" + std::to_string(n_expert) + "top" + std::to_string(n_used) + ".gguf";
-    if (sha256_file(out).empty()) {
-        run_command({"/bin/mkdir", "-p", build_dir() + "/fixtures"});
-        CommandResult r = run_command({bin_path("moezip-upcycle"), "-i", src, "-o", out, "--n-expert", std::to_string(n_expert),
-                                       "--n-expert-used", std::to_string(n_used)});
-        EXPECT_EQ(r.exit_code, 0) << r.err;
-    }
-    return out;
-}
-
 /// Runs the host on `model` with `config_body` (+ report path); returns the exit result.
 CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model,
                        const std::string & config_body, const std::vector<std::string> & prompt,

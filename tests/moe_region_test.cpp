@@ -24,6 +24,7 @@ enum class Variant {
     gpt_oss,      ///< per-expert biases on up, gate and down (ggml_add_id) and swiglu_oai (alpha 1.702, limit 7)
     llama4,       ///< top-1, routing weight applied to the input (weight_before_ffn)
     warmup,       ///< every expert routed (n_used = n_expert) but only 2 slots summed (llama_set_warmup)
+    precision_on_down,  ///< a precision set on the down matmul, as newer ggml's ggml_prec_set_acc does
 };
 
 struct MoeGraph {
@@ -114,6 +115,8 @@ void build(MoeGraph & g, Variant v, int64_t n_embd = 64, int64_t n_ff = 32, int6
     ggml_set_name(act, biases ? "ffn_moe_swiglu_oai-0" : "ffn_moe_swiglu-0");
     ggml_tensor * experts = ggml_mul_mat_id(ctx, down_exps, act, selected);
     ggml_set_name(experts, "ffn_moe_down-0");
+    // as ggml_prec_set_acc(experts, GGML_PREC_F32) does in newer ggml (node-llama-cpp 3.22's, for mistral4)
+    if (v == Variant::precision_on_down) ggml_set_op_params_i32(experts, 0, 10);
     if (biases) {
         experts = ggml_add_id(ctx, experts, down_b, selected);
         ggml_set_name(experts, "ffn_moe_down_biased-0");
@@ -230,6 +233,15 @@ TEST(MoeRegion, AReaderOfAnIntermediateOutsideTheRegionMakesItNotDispatchable) {
     ASSERT_EQ(regions.size(), 1u);
     EXPECT_FALSE(regions[0].dispatchable);
     EXPECT_NE(regions[0].reason.find("reads its intermediate"), std::string::npos) << regions[0].reason;
+}
+
+TEST(MoeRegion, AnExpertMatmulWithAPrecisionSetIsReportedNotDispatchable) {
+    MoeGraph g;
+    build(g, Variant::precision_on_down);
+    auto regions = regions_of(g);
+    ASSERT_EQ(regions.size(), 1u);
+    EXPECT_FALSE(regions[0].dispatchable);
+    EXPECT_NE(regions[0].reason.find("ffn_moe_down-0 carries op params"), std::string::npos) << regions[0].reason;
 }
 
 TEST(MoeRegion, NodeNameParsing) {

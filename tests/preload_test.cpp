@@ -1,5 +1,6 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
+#include "preload/engine_pin.h"
 #include "tests/cluster.h"
 
 #include <gtest/gtest.h>
@@ -138,7 +139,15 @@ TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
     ASSERT_EQ(unrepacked.exit_code, 0) << unrepacked.err;
     CommandResult r = run("hooked", {}, {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}, {"MOEZIP_TEST_GGML_COMMIT", "0000000"}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("moezip was built for ggml 0.23.0 (0000000)"), std::string::npos) << r.err;
+    const moezip::EnginePin & pin = moezip::engine_pin();
+    const std::string loaded = std::string("loaded ggml ") + pin.ggml_version + " (" + pin.binary_commit + ", ";
+    EXPECT_NE(r.err.find(loaded), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("is not the engine this moezip was built for"), std::string::npos) << r.err;
+    // a self-built engine names its source by ggml_commit(), node-llama-cpp's by the bundle its package ships
+    EXPECT_TRUE(r.err.find(std::string("its commit ") + pin.binary_commit + " names another source than 0000000") != std::string::npos ||
+                r.err.find("its node-llama-cpp package ships the source 80fb11ac73e6, not 0000000") != std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(std::string("`make ENGINE=") + pin.engine_dir), std::string::npos) << "the command to rebuild: " << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("no_repack: hiding"), std::string::npos) << "no_repack acted on a refused engine: " << r.err;
     EXPECT_EQ(r.err.find("mapped the model"), std::string::npos) << "the lazy mapping acted on a refused engine: " << r.err;
@@ -146,7 +155,7 @@ TEST(Preload, AbiMismatchStaysPassthroughAndSaysSo) {
     EXPECT_EQ(p["tokens"], h["tokens"]);
     EXPECT_EQ(p["logits_xxh3"], h["logits_xxh3"]) << "passthrough must be the engine exactly as without the preload";
     json rep = load_json(dir + "/r.json");
-    EXPECT_EQ(rep["engine"]["abi"].get<std::string>().find("loaded ggml 0.23.0 (5b4ebc5)"), 0u);
+    EXPECT_EQ(rep["engine"]["abi"].get<std::string>().find(loaded), 0u);
     EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"], 0);
     // (the repacked kernels give other bits than the plain ones here, which is what makes the check above bite)
     EXPECT_NE(p["logits_xxh3"], u["logits_xxh3"]) << "this CPU does not repack q4_0: the check above cannot tell";

@@ -41,7 +41,8 @@ json report_json(const std::vector<uint64_t> & h) {
     return {{"schema", "moezip-report/1"},
             {"complete", true},
             {"config", {{"path", "moezip.toml"}, {"mode", "rows"}, {"digest", "00000000000000ab"}}},
-            {"engine", {{"ggml_version", "0.23.0"}, {"ggml_commit", "80fb11a"}, {"cpu_variant", "zen4"}, {"abi", "ok"}}},
+            {"engine", {{"ggml_version", "0.23.0"}, {"ggml_commit", "80fb11a"}, {"cpu_variant", "zen4"}, {"abi", "ok"},
+                        {"built_for", "llama.cpp 80fb11ac73e6"}}},
             {"layers", json::array({{{"il", 0}, {"calls", 7}, {"rows", 22}, {"local_rows", 11}, {"remote_rows", 11}, {"ms", 1.5}},
                                     {{"il", 1}, {"calls", 7}, {"rows", 22}, {"local_rows", 11}, {"remote_rows", 11}, {"ms", 1.25}}})},
             {"checks", {{"identity_passed", 2}, {"identity_failed", 0}, {"regions_handled", 14}, {"regions_passthrough", 0}}},
@@ -162,6 +163,7 @@ TEST(ReportTool, ShowSummarisesModeLayersChecksAndWorkers) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("mode: rows"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("engine: ggml 0.23.0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("moezip built for llama.cpp 80fb11ac73e6"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("logits: 3 outputs"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("1.250"), std::string::npos) << r.out;   // layer 1's ms
     EXPECT_NE(r.out.find("identity passed 2, failed 0"), std::string::npos) << r.out;

@@ -49,9 +49,11 @@ std::string shared_dir() {
 std::string bin_path(const std::string & name) { return build_dir() + "/bin/" + name; }
 std::string preload_path() { return build_dir() + "/libmoezip.so"; }
 
-std::string preload_env() {
+std::string preload_env() { return preload_env_for(preload_path()); }
+
+std::string preload_env_for(const std::string & library) {
     const char * first = getenv("MOEZIP_TEST_PRELOAD_FIRST");
-    return first && *first ? std::string(first) + ":" + preload_path() : preload_path();
+    return first && *first ? std::string(first) + ":" + library : library;
 }
 
 std::string test_dir(const std::string & name) {
@@ -208,6 +210,21 @@ std::string read_file(const std::string & path) {
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
+}
+
+std::string upcycled_stories(int n_expert, int n_used, const std::string & experts) {
+    const std::string src = shared_dir() + "/fixtures/stories260K.gguf";
+    EXPECT_EQ(sha256_file(src), "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d")
+        << "wrong or missing " << src << " (see ../shared/fixtures/SOURCES.md)";
+    std::string out = build_dir() + "/fixtures/stories260K-moe" + std::to_string(n_expert) + "top" + std::to_string(n_used) +
+                      (experts == "split" ? "" : "-" + experts) + ".gguf";
+    if (sha256_file(out).empty()) {
+        run_command({"/bin/mkdir", "-p", build_dir() + "/fixtures"});
+        CommandResult r = run_command({bin_path("moezip-upcycle"), "-i", src, "-o", out, "--n-expert", std::to_string(n_expert),
+                                       "--n-expert-used", std::to_string(n_used), "--experts", experts});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    return out;
 }
 
 } // namespace moezip_test

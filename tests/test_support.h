@@ -21,6 +21,8 @@ std::string preload_path();
 /// $MOEZIP_TEST_PRELOAD_FIRST (set by tools/run-tests.sh for `make SANITIZE=... test`: an
 /// instrumented libmoezip.so needs libasan first in the process).
 std::string preload_env();
+/// The same for another libmoezip.so (one built for another engine: tests/engine_support.h).
+std::string preload_env_for(const std::string & library);
 /// A fresh directory under <build>/test-out/ for one test (removed and recreated).
 std::string test_dir(const std::string & name);
 
@@ -54,6 +56,12 @@ std::string split_part_path(const std::string & first, int k, int n);
 /// The real trained dense model ../shared/fixtures/stories260K.gguf after its sha256 was checked;
 /// "" after a failure recorded in the test (missing or wrong copy).
 std::string stories_model();
+
+/// The real trained model ../shared/fixtures/stories260K.gguf (checked by sha256) turned into a MoE
+/// model by moezip-upcycle (top-n_used routing over n_expert experts; `experts` "split": each expert
+/// a part of its FFN, "replicate": each a copy, whose output is the dense model's English story),
+/// made once into <build>/fixtures/.
+std::string upcycled_stories(int n_expert, int n_used, const std::string & experts = "split");
 
 /// sha256 of a file as lowercase hex ("" if unreadable).
 std::string sha256_file(const std::string & path);

@@ -21,3 +21,21 @@ TEST(WorkerCli, UnknownFlagExitsTwo) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("--bogus"), std::string::npos) << r.err;
 }
+
+TEST(WorkerCli, AnEngineFolderWithoutGgmlIsNamedWithWhereItWasLookedFor) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    std::string dir = test_dir("worker_cli_engine");
+    CommandResult r = run_command({bin_path("moezip-worker"), "--model", model, "--engine", dir}, {}, 60);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("--engine " + dir + ": no libggml-base.so there, in its bin/ or in its node_modules/"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out.find("serving"), std::string::npos) << r.out;
+}
+
+TEST(WorkerCli, LinksNoGgmlLibrary) {
+    // it loads the host's engine at run time (--engine), so one worker serves any build of its source
+    CommandResult dyn = run_command({"readelf", "-d", bin_path("moezip-worker")});
+    ASSERT_EQ(dyn.exit_code, 0);
+    EXPECT_EQ(dyn.out.find("ggml"), std::string::npos) << dyn.out;
+    EXPECT_EQ(dyn.out.find("llama"), std::string::npos) << dyn.out;
+}

@@ -40,7 +40,7 @@ bool WorkerProcess::start(const std::vector<std::string> & args, const std::stri
     stderr_path_ = dir + "/worker." + std::to_string(n_started++) + ".stderr";
     int out_pipe[2];
     if (pipe(out_pipe) != 0) return false;
-    std::vector<std::string> argv = {bin_path("moezip-worker")};
+    std::vector<std::string> argv = {program_.empty() ? bin_path("moezip-worker") : program_};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = fork();
     if (pid_ == 0) {

@@ -27,6 +27,8 @@ public:
     WorkerProcess(const WorkerProcess &) = delete;
     WorkerProcess & operator=(const WorkerProcess &) = delete;
 
+    /// Another moezip-worker than bin/moezip-worker (one built for another engine); before start().
+    void set_program(const std::string & path) { program_ = path; }
     /// Starts bin/moezip-worker with `args` (env added to ours), stderr to <dir>/worker.<n>.stderr,
     /// and waits up to 60 s for the ready line. False (with the reason in error()) when it exits
     /// or stays silent instead.
@@ -56,7 +58,7 @@ public:
 private:
     int pid_ = -1;
     int out_fd_ = -1;
-    std::string stderr_path_;
+    std::string stderr_path_, program_;
     std::string endpoint_, ready_line_, error_;
     uint64_t instance_ = 0;
 };

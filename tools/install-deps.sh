@@ -4,15 +4,20 @@
 #   and its runtime libraries (libFuzzer, ASan, UBSan) for the fuzz targets, docs/fuzzing.md)
 # - the pinned engine: node-llama-cpp 3.21.1 prebuilt llama.cpp, into .deps/engine
 # - the engine's headers: a clone of the git bundle the npm package ships, into .deps/llama.cpp
+# --no-engine: only the Debian packages (moezip is built for another engine: make ENGINE=...).
+# cmake and ninja build the llama.cpp engines of `make test` (tools/engines/build-llamacpp.sh), curl
+# is the HTTP client of its llama-server tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_engine=1
+[ "${1:-}" = --no-engine ] && with_engine=0
 
 ENGINE_VERSION=3.21.1
 ENGINE_DIR=.deps/engine
 SRC_DIR=.deps/llama.cpp
 PKGS=(g++ make pkg-config git ca-certificates libzmq3-dev cppzmq-dev libxxhash-dev
       libtomlplusplus-dev libgtest-dev nlohmann-json3-dev libcli11-dev nodejs npm
-      util-linux iproute2 procps time clang-14 libclang-rt-14-dev)
+      util-linux iproute2 procps time clang-14 libclang-rt-14-dev cmake ninja-build curl)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -32,6 +37,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "$with_engine" = 1 ] || exit 0
 
 pkg_json="$ENGINE_DIR/node_modules/node-llama-cpp/package.json"
 bin_json="$ENGINE_DIR/node_modules/@node-llama-cpp/linux-x64/package.json"

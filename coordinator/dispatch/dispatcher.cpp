@@ -150,12 +150,15 @@ Status Dispatcher::check_identity(const Worker & w) const {
     if (json_int(id, "protocol") != kProtocolVersion)
         return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks " +
                                 std::to_string(kProtocolVersion));
-    if (json_str(id, "ggml_commit") != self_.ggml_commit)
-        return Status::mismatch(who + "it runs ggml " + json_str(id, "ggml_commit") + ", this host " + self_.ggml_commit);
+    // The kernels' build-id first: it names a mix of builds (or of CPU variants) for what it is.
     if (json_str(id, "cpu_variant") != self_.variant.name || json_str(id, "cpu_build_id") != self_.variant.build_id)
         return Status::mismatch(who + "it computes with CPU variant " + json_str(id, "cpu_variant") + " (build-id " +
-                                json_str(id, "cpu_build_id") + "), this host with " + self_.variant.name + " (build-id " +
-                                self_.variant.build_id + "): results would not be bit-identical");
+                                json_str(id, "cpu_build_id") + ", ggml " + json_str(id, "ggml_commit") + "), this host with " +
+                                self_.variant.name + " (build-id " + self_.variant.build_id + ", ggml " + self_.ggml_commit +
+                                "): different kernels give different bits, so results would not be bit-identical; run every "
+                                "host on one llama.cpp build and like CPUs");
+    if (json_str(id, "ggml_commit") != self_.ggml_commit)
+        return Status::mismatch(who + "it runs ggml " + json_str(id, "ggml_commit") + ", this host " + self_.ggml_commit);
     return Status::ok();
 }
 

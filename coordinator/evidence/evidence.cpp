@@ -1,5 +1,7 @@
 #include "coordinator/evidence/evidence.h"
 
+#include "preload/engine_pin.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -72,6 +74,7 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
     j["complete"] = complete;
     j["pid"] = (int) getpid();
     j["engine"] = {{"ggml_version", ev.ggml_version}, {"ggml_commit", ev.ggml_commit}, {"abi", ev.abi_status},
+                   {"built_for", engine_pin().name}, {"source_commit", engine_pin().source_commit},
                    {"cpu_variant", ev.variant.name}, {"cpu_variant_path", ev.variant.path},
                    {"cpu_build_id", ev.variant.build_id}};
     j["config"] = {{"path", ev.config_path}, {"mode", ev.mode}, {"digest", hex64(ev.config_digest)}};

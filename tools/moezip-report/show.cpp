@@ -111,7 +111,8 @@ std::string show_report(const Document & d) {
     if (j.contains("engine")) {
         const json & e = j["engine"];
         s += "engine: ggml " + field(e, "ggml_version") + " (" + field(e, "ggml_commit") + "), cpu " +
-             field(e, "cpu_variant") + ", abi " + field(e, "abi") + "\n";
+             field(e, "cpu_variant") + ", abi " + field(e, "abi") +
+             (e.contains("built_for") ? ", moezip built for " + field(e, "built_for") : std::string()) + "\n";
     }
     if (j.contains("graphs")) {
         const json & g = j["graphs"];

@@ -1,7 +1,5 @@
 #include "tools/moezip-worker/gguf_parts.h"
 
-#include "llama.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,29 +13,6 @@ namespace moezip {
 
 namespace {
 
-/// The u16 value of `key` (-1 when absent, -2 when of another type).
-int split_key(const gguf_context * g, const char * key) {
-    const int64_t id = gguf_find_key(g, key);
-    if (id < 0) return -1;
-    if (gguf_get_kv_type(g, id) != GGUF_TYPE_UINT16) return -2;
-    return gguf_get_val_u16(g, id);
-}
-
-/// The names of all n_split parts from the first one's path; "" entries when it is not named
-/// by the convention.
-std::vector<std::string> split_paths(const std::string & first, int n_split) {
-    std::vector<char> buf(first.size() + 64);
-    const int32_t n = llama_split_prefix(buf.data(), buf.size(), first.c_str(), 0, n_split);
-    if (n <= 0) return {};
-    const std::string prefix(buf.data(), (size_t) n);
-    std::vector<std::string> paths;
-    for (int k = 0; k < n_split; ++k) {
-        const int32_t m = llama_split_path(buf.data(), buf.size(), prefix.c_str(), k, n_split);
-        paths.emplace_back(buf.data(), (size_t) std::max(m, 0));
-    }
-    return paths;
-}
-
 /// "-00001-of-00003.gguf" for part k (0-based) of n: the suffix llama_split_path appends.
 std::string part_suffix(int k, int n) {
     char buf[48];
@@ -47,10 +22,33 @@ std::string part_suffix(int k, int n) {
 
 } // namespace
 
+/// The u16 value of `key` (-1 when absent, -2 when of another type).
+int GgufParts::split_key(const gguf_context * g, const char * key) const {
+    const int64_t id = api_.ggml->gguf_find_key(g, key);
+    if (id < 0) return -1;
+    if (api_.ggml->gguf_get_kv_type(g, id) != GGUF_TYPE_UINT16) return -2;
+    return api_.ggml->gguf_get_val_u16(g, id);
+}
+
+/// The names of all n_split parts from the first one's path; "" entries when it is not named
+/// by the convention.
+std::vector<std::string> GgufParts::split_paths(const std::string & first, int n_split) const {
+    std::vector<char> buf(first.size() + 64);
+    const int32_t n = api_.split_prefix(buf.data(), buf.size(), first.c_str(), 0, n_split);
+    if (n <= 0) return {};
+    const std::string prefix(buf.data(), (size_t) n);
+    std::vector<std::string> paths;
+    for (int k = 0; k < n_split; ++k) {
+        const int32_t m = api_.split_path(buf.data(), buf.size(), prefix.c_str(), k, n_split);
+        paths.emplace_back(buf.data(), (size_t) std::max(m, 0));
+    }
+    return paths;
+}
+
 GgufParts::~GgufParts() {
     for (GgufPart & p : parts_) {
-        if (p.gguf) gguf_free(p.gguf);
-        if (p.meta) ggml_free(p.meta);
+        if (p.gguf) api_.ggml->gguf_free(p.gguf);
+        if (p.meta) api_.ggml->ggml_free(p.meta);
         if (p.fd >= 0) close(p.fd);
     }
 }
@@ -65,11 +63,11 @@ Status GgufParts::open_part(const std::string & path, const std::string & what) 
     if (fstat(p.fd, &st) != 0 || !S_ISREG(st.st_mode)) return Status::io_error(what + path + ": not a regular file");
     p.size = (uint64_t) st.st_size;
     gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &p.meta};
-    p.gguf = gguf_init_from_file(path.c_str(), params);
+    p.gguf = api_.ggml->gguf_init_from_file(path.c_str(), params);
     if (p.gguf == nullptr) return Status::invalid_argument(what + path + ": not a GGUF file, or its header is malformed");
-    for (int64_t id = 0; id < gguf_get_n_tensors(p.gguf); ++id) {
-        const char * name = gguf_get_tensor_name(p.gguf, id);
-        const uint64_t end = gguf_get_data_offset(p.gguf) + gguf_get_tensor_offset(p.gguf, id) + gguf_get_tensor_size(p.gguf, id);
+    for (int64_t id = 0; id < api_.ggml->gguf_get_n_tensors(p.gguf); ++id) {
+        const char * name = api_.ggml->gguf_get_tensor_name(p.gguf, id);
+        const uint64_t end = api_.ggml->gguf_get_data_offset(p.gguf) + api_.ggml->gguf_get_tensor_offset(p.gguf, id) + api_.ggml->gguf_get_tensor_size(p.gguf, id);
         if (end > p.size)
             return Status::io_error(what + path + ": " + name + " ends at byte " + std::to_string(end) +
                                     ", past the end of the file (" + std::to_string(p.size) + " bytes): truncated?");
@@ -85,21 +83,24 @@ Status GgufParts::check_parts(uint16_t n_split) {
         if (split_key(p.gguf, "split.no") != (int) k)
             return Status::invalid_argument("model " + p.path + " should be part " + std::to_string(k + 1) + " of " +
                                             std::to_string(n_split) + " (split.no " + std::to_string(k) + ") but is not");
-        for (int64_t id = 0; id < gguf_get_n_tensors(p.gguf); ++id, ++n_tensors) {
-            if (!seen.insert(gguf_get_tensor_name(p.gguf, id)).second)
-                return Status::invalid_argument("model " + p.path + ": tensor " + gguf_get_tensor_name(p.gguf, id) +
+        for (int64_t id = 0; id < api_.ggml->gguf_get_n_tensors(p.gguf); ++id, ++n_tensors) {
+            if (!seen.insert(api_.ggml->gguf_get_tensor_name(p.gguf, id)).second)
+                return Status::invalid_argument("model " + p.path + ": tensor " + api_.ggml->gguf_get_tensor_name(p.gguf, id) +
                                                 " is also in an earlier part");
         }
     }
-    const int64_t id = gguf_find_key(parts_[0].gguf, "split.tensors.count");
-    if (id >= 0 && gguf_get_kv_type(parts_[0].gguf, id) == GGUF_TYPE_INT32 && gguf_get_val_i32(parts_[0].gguf, id) != n_tensors)
+    const int64_t id = api_.ggml->gguf_find_key(parts_[0].gguf, "split.tensors.count");
+    if (id >= 0 && api_.ggml->gguf_get_kv_type(parts_[0].gguf, id) == GGUF_TYPE_INT32 && api_.ggml->gguf_get_val_i32(parts_[0].gguf, id) != n_tensors)
         return Status::invalid_argument("model " + parts_[0].path + ": split.tensors.count is " +
-                                        std::to_string(gguf_get_val_i32(parts_[0].gguf, id)) + " but its " +
+                                        std::to_string(api_.ggml->gguf_get_val_i32(parts_[0].gguf, id)) + " but its " +
                                         std::to_string(n_split) + " parts hold " + std::to_string(n_tensors) + " tensors");
     return Status::ok();
 }
 
-Status GgufParts::open(const std::string & path) {
+Status GgufParts::open(const std::string & path, const GgufReadApi & api) {
+    if (api.ggml == nullptr || !api.ggml->base_bound || api.split_prefix == nullptr || api.split_path == nullptr)
+        return Status::not_found("model " + path + ": the engine's gguf and split functions are not bound");
+    api_ = api;
     Status st = open_part(path, "model ");
     if (!st) return st;
     const int n_split = split_key(parts_[0].gguf, "split.count");
@@ -124,12 +125,12 @@ Status GgufParts::open(const std::string & path) {
 GgufTensorLoc GgufParts::find(const std::string & name) const {
     for (size_t k = 0; k < parts_.size(); ++k) {
         const GgufPart & p = parts_[k];
-        const int64_t id = gguf_find_tensor(p.gguf, name.c_str());
+        const int64_t id = api_.ggml->gguf_find_tensor(p.gguf, name.c_str());
         if (id < 0) continue;
         GgufTensorLoc loc;
-        loc.tensor = ggml_get_tensor(p.meta, name.c_str());
+        loc.tensor = api_.ggml->ggml_get_tensor(p.meta, name.c_str());
         loc.part = (int) k;
-        loc.offset = gguf_get_data_offset(p.gguf) + gguf_get_tensor_offset(p.gguf, id);
+        loc.offset = api_.ggml->gguf_get_data_offset(p.gguf) + api_.ggml->gguf_get_tensor_offset(p.gguf, id);
         return loc;
     }
     return GgufTensorLoc();
@@ -138,7 +139,7 @@ GgufTensorLoc GgufParts::find(const std::string & name) const {
 std::vector<GgufTensorLoc> GgufParts::tensors() const {
     std::vector<GgufTensorLoc> out;
     for (const GgufPart & p : parts_)
-        for (int64_t id = 0; id < gguf_get_n_tensors(p.gguf); ++id) out.push_back(find(gguf_get_tensor_name(p.gguf, id)));
+        for (int64_t id = 0; id < api_.ggml->gguf_get_n_tensors(p.gguf); ++id) out.push_back(find(api_.ggml->gguf_get_tensor_name(p.gguf, id)));
     return out;
 }
 

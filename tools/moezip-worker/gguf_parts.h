@@ -8,9 +8,11 @@
 #pragma once
 
 #include "coordinator/base/status.h"
+#include "preload/engine_api.h"
 
 #include "ggml.h"
 #include "gguf.h"
+#include "llama.h"
 
 #include <cstdint>
 #include <string>
@@ -34,6 +36,14 @@ struct GgufTensorLoc {
     uint64_t offset = 0;             ///< first byte in that part's file
 };
 
+/// The engine functions a model's files are read with, bound at run time from the host's engine
+/// (tools/moezip-worker/worker_engine.h): the worker links no engine library.
+struct GgufReadApi {
+    const GgmlApi * ggml = nullptr;                          ///< gguf_* and ggml_get_tensor/ggml_free (libggml-base)
+    decltype(&::llama_split_prefix) split_prefix = nullptr;  ///< libllama: the split model's name convention
+    decltype(&::llama_split_path) split_path = nullptr;
+};
+
 class GgufParts {
 public:
     GgufParts() = default;
@@ -46,7 +56,8 @@ public:
     /// part of how many it is), invalid_argument (not GGUF; a later part given instead of the first;
     /// a name outside the split convention; split.no, split.count or split.tensors.count that do not
     /// match; a tensor in two parts; a tensor's data past the end of its file).
-    Status open(const std::string & path);
+    /// Everything is read through `api`, which must outlive this object.
+    Status open(const std::string & path, const GgufReadApi & api);
 
     const std::vector<GgufPart> & parts() const { return parts_; }
     /// The tensor named `name` in any part (tensor nullptr when absent).
@@ -58,6 +69,10 @@ private:
     Status open_part(const std::string & path, const std::string & what);
     Status check_parts(uint16_t n_split);
 
+    std::vector<std::string> split_paths(const std::string & first, int n_split) const;
+    int split_key(const gguf_context * g, const char * key) const;
+
+    GgufReadApi api_;
     std::vector<GgufPart> parts_;
 };
 

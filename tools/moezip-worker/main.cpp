@@ -3,7 +3,7 @@
 // keys and threat model: docs/security.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
-//                 [--threads N] [--mmap] [--config F.toml]
+//                 [--threads N] [--mmap] [--engine DIR] [--config F.toml]
 //                 [--key DIR/moezip.key --allow COORDINATORS.pub ... | --insecure]
 //                 [--max-rows N] [--max-slots N] [--max-in-mib N] [--max-out-mib N] [--max-scratch-mib N]
 //   moezip-worker --keygen DIR      writes DIR/moezip.key (mode 0600) and DIR/moezip.pub, then exits
@@ -130,7 +130,7 @@ int resolve_security(const WorkerSettings & s, moezip::WorkerServerOptions & opt
 int main(int argc, char ** argv) {
     CLI::App app{"moezip-worker: computes MoE experts of a GGUF model for moezip coordinators (ZeroMQ ROUTER).\n"
                  "A non-loopback bind needs a CURVE key and an allow-list of coordinators (--key, --allow) or --insecure."};
-    std::string model, bind, experts_text, config_path, keygen_dir, key;
+    std::string model, bind, experts_text, config_path, keygen_dir, key, engine_dir;
     std::vector<std::string> allow;
     int threads = 1, handshake_ms = 5000;
     int64_t max_rows = 0, max_slots = 0, max_in = 0, max_out = 0, max_scratch = 0;
@@ -140,6 +140,8 @@ int main(int argc, char ** argv) {
     app.add_option("--experts", experts_text, "experts to serve, e.g. 0-63,96-127 (default: all)");
     app.add_option("--threads", threads, "compute threads (default 1)")->check(CLI::Range(1, 256));
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
+    app.add_option("--engine", engine_dir, "the host's llama.cpp: its lib folder, CMake build folder or node-llama-cpp install "
+                                           "(default: the engine moezip was built for)");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
     app.add_option("--keygen", keygen_dir, "write a CURVE key pair to DIR/moezip.key (0600) and DIR/moezip.pub, then exit");
     app.add_option("--key", key, "this worker's CURVE key file (from --keygen): serve only authenticated coordinators");
@@ -202,10 +204,10 @@ int main(int argc, char ** argv) {
     const long fd_limit = moezip::worker_raise_fd_limit();
 
     moezip::WorkerEngine engine;
-    st = moezip::worker_engine_load(engine);
+    st = moezip::worker_engine_load(engine, engine_dir);
     if (!st) return fail(1, st.message());
     moezip::WorkerModel weights;
-    st = weights.load({s.model, s.experts, s.use_mmap});
+    st = weights.load({s.model, s.experts, s.use_mmap}, engine.read_api());
     if (!st) return fail(1, st.message());
 
     moezip::worker_install_signal_handlers();

@@ -9,8 +9,8 @@ namespace moezip {
 
 namespace {
 
-nlohmann::json tensor_json(const ggml_tensor * t) {
-    return {{"name", t->name}, {"type", ggml_type_name(t->type)}, {"ne", {t->ne[0], t->ne[1], t->ne[2]}}};
+nlohmann::json tensor_json(const GgmlApi & api, const ggml_tensor * t) {
+    return {{"name", t->name}, {"type", api.ggml_type_name(t->type)}, {"ne", {t->ne[0], t->ne[1], t->ne[2]}}};
 }
 
 } // namespace
@@ -25,7 +25,8 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                           {"n_ff", l.n_ff},
                           {"n_expert", l.n_expert},
                           {"layout", "gguf"},
-                          {"tensors", {tensor_json(l.gate_exps), tensor_json(l.up_exps), tensor_json(l.down_exps)}},
+                          {"tensors", {tensor_json(engine.api, l.gate_exps), tensor_json(engine.api, l.up_exps),
+                                      tensor_json(engine.api, l.down_exps)}},
                           {"digests", digests}});
     }
     nlohmann::json j = {{"protocol", kProtocolVersion},

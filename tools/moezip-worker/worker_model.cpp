@@ -101,7 +101,7 @@ Status WorkerModel::check_layer(WorkerLayer & l) {
                                         " experts, an earlier layer " + std::to_string(n_expert_));
     n_expert_ = l.n_expert;
     for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {  // GgufParts checked that each lies inside its file
-        if (t->nb[2] * (size_t) t->ne[2] != ggml_nbytes(t))
+        if (t->nb[2] * (size_t) t->ne[2] != api_->ggml_nbytes(t))
             return Status::invalid_argument(where + t->name + " is not densely laid out");
     }
     return Status::ok();
@@ -170,7 +170,7 @@ Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
 Status WorkerModel::place_anonymous() {
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
-            const size_t bytes = ggml_nbytes(t);
+            const size_t bytes = api_->ggml_nbytes(t);
             void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (p == MAP_FAILED)
                 return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
@@ -191,9 +191,10 @@ void WorkerModel::compute_digests() {
                 l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
 }
 
-Status WorkerModel::load(const WorkerModelOptions & opt) {
+Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api) {
+    api_ = api.ggml;
     path_ = opt.path;
-    Status st = parts_.open(opt.path);
+    Status st = parts_.open(opt.path, api);
     if (st) st = find_layers();
     if (!st) return st;
     served_ = opt.experts.empty() ? std::vector<ExpertRange>{{0, (int) n_expert_ - 1}} : opt.experts;

@@ -68,8 +68,9 @@ public:
     /// io_error (open/read/map failed, a split part missing, file shorter than its tensors),
     /// invalid_argument (not a GGUF, a split model's later part, no MoE layer, shapes disagree,
     /// experts outside [0, n_expert)), unsupported (fused or biased expert tensors). Every message
-    /// names the file and, where one is at fault, the tensor.
-    Status load(const WorkerModelOptions & opt);
+    /// names the file and, where one is at fault, the tensor. Files are read through `api` (the
+    /// engine bound at run time), which must outlive this object.
+    Status load(const WorkerModelOptions & opt, const GgufReadApi & api);
 
     /// The MoE layer with block index il, or nullptr.
     const WorkerLayer * layer(int il) const;
@@ -93,6 +94,7 @@ private:
 
     const GgufTensorLoc & loc(const ggml_tensor * t) const { return locs_.at(t); }
 
+    const GgmlApi * api_ = nullptr;    // the engine's libggml-base (ggml_nbytes)
     std::string path_;                 // as given: the first file
     GgufParts parts_;
     std::map<const ggml_tensor *, GgufTensorLoc> locs_;  // every expert tensor: its part and offset
