@@ -47,6 +47,10 @@ struct ExpertsConfig {
     /// Drop this host's resident pages of the experts a worker serves, once that worker has served
     /// the layer (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
     bool release_unowned = true;
+    /// An expert may be owned by several hosts (replicas); each call's slots of such an expert go to
+    /// the owner expected to finish first (coordinator/modes/expert_balance.h). Needs combine = exact,
+    /// so the result does not depend on which owner computed a slot. Default false: owners are disjoint.
+    bool replicas = false;
 };
 
 /// [shard]: mode = "shard".

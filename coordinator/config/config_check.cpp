@@ -69,14 +69,21 @@ void check_experts(const Config & cfg, std::vector<ConfigIssue> & issues) {
             issues.push_back({owners[i].line, owners[i].key + ": required in experts mode (the experts this worker owns)"});
         }
     }
-    for (size_t j = 1; j < owners.size(); ++j) {
+    for (size_t j = 1; j < owners.size() && !cfg.experts.replicas; ++j) {
         for (size_t i = 0; i < j; ++i) {
             int e = expert_ranges_first_common(*owners[i].experts, *owners[j].experts);
             if (e < 0) continue;
             issues.push_back({owners[j].line, owners[j].key + ": expert " + std::to_string(e) + " is owned by both " +
                                               owners[i].who + " (" + owners[i].key + ", line " +
-                                              std::to_string(owners[i].line) + ") and " + owners[j].who});
+                                              std::to_string(owners[i].line) + ") and " + owners[j].who +
+                                              " (set experts.replicas = true to hold it on both)"});
         }
+    }
+    // with partial sums the order of additions, so the bits, would depend on which owner computed a slot
+    if (cfg.experts.replicas && cfg.experts.combine != ExpertCombine::exact) {
+        issues.push_back({config_line_of(cfg, "experts.replicas"),
+                          "experts.replicas: needs combine = \"exact\" (with \"partial\" the result would depend on which "
+                          "owner computed a slot), got combine = \"partial\""});
     }
     if (cfg.experts.shadow_every > 0 && cfg.experts.combine != ExpertCombine::partial) {
         issues.push_back({config_line_of(cfg, "experts.shadow_every"),

@@ -95,6 +95,7 @@ void describe_sections(const Config & c, Lines & l) {
     l.add_str("experts.combine", config_combine_name(c.experts.combine));
     l.add("experts.shadow_every", c.experts.shadow_every);
     l.add("experts.release_unowned", c.experts.release_unowned);
+    l.add("experts.replicas", c.experts.replicas);
     l.add_num("shard.local_share", c.shard.local_share);
     l.add("shard.shadow_every", c.shard.shadow_every);
     l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);

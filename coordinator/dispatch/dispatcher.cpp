@@ -123,9 +123,9 @@ std::vector<int> Dispatcher::assigned_experts(size_t w, int n_expert) const {
         for (int e = 0; e < n_expert; ++e) out.push_back(e);  // a row carries any expert
         return out;
     }
-    std::vector<int> owners = expert_owners(cfg_, n_expert);
+    // every expert the worker owns, replicas included (experts.replicas): any of them may be sent to it
     for (int e = 0; e < n_expert; ++e)
-        if (owners[e] == (int) w) out.push_back(e);
+        if (expert_ranges_contains(cfg_.workers[w].experts, e)) out.push_back(e);
     return out;
 }
 
