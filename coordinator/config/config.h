@@ -37,6 +37,9 @@ enum class ExpertCombine { exact, partial };
 struct RowsConfig {
     double local_share = 1.0;  ///< fraction of a region's rows computed here, 0..1; default 1
     int    min_rows    = 2;    ///< regions with fewer rows run locally (decode), 1..1000000; default 2
+    /// local_share = "auto": every call's rows are split so that the hosts' expected times are equal,
+    /// from their measured time per row (coordinator/modes/share_balance.h); default false
+    bool auto_share = false;
 };
 
 /// [experts]: mode = "experts".
@@ -57,6 +60,9 @@ struct ExpertsConfig {
 struct ShardConfig {
     double local_share = 1.0;  ///< fraction of every expert's n_ff computed here, 0..1; default 1
     int shadow_every = 0;      ///< recompute every Nth call whole here and report the error; 0 = never
+    /// local_share = "auto": the n_ff slices follow the hosts' measured speeds (set after the first
+    /// calls, changed when the speeds drift; each change is a new plan said in hello); default false
+    bool auto_share = false;
 };
 
 /// [dispatch]: defaults for every worker.
@@ -87,6 +93,7 @@ struct WorkerConfig {
     std::vector<ExpertRange> experts;  ///< experts mode: experts this worker owns; default none
     int timeout_ms = 5000;             ///< resolved per-request timeout, ms (own value or dispatch.timeout_ms)
     bool has_share = false;            ///< `share` was written in the file
+    bool share_auto = false;           ///< share = "auto" (with local_share = "auto")
     bool has_timeout = false;          ///< `timeout_ms` was written in the file (else dispatch's)
     int line = 0;                      ///< line of the [[worker]] header, for messages
     // -- security (docs/security.md) --

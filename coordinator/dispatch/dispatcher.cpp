@@ -18,6 +18,9 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
     fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
+    shard_shares_.assign(1, cfg.shard.local_share);
+    for (const WorkerConfig & w : cfg.workers) shard_shares_.push_back(w.share);
+    if (cfg.shard.auto_share) shard_shares_.assign(cfg.workers.size() + 1, 1.0 / (double) (cfg.workers.size() + 1));
     for (size_t i = 0; i < workers_.size(); ++i) {
         Worker & w = workers_[i];
         w.cfg = &cfg.workers[i];
@@ -87,11 +90,8 @@ Status Dispatcher::hello(Worker & w) {
 // What this host will ask of worker w (the worker refuses anything else: bad_plan).
 nlohmann::json Dispatcher::plan_json(size_t w) const {
     if (cfg_.mode == ConfigMode::experts) return {{"mode", "experts"}, {"experts", expert_ranges_format(cfg_.workers[w].experts)}};
-    if (cfg_.mode == ConfigMode::shard) {
-        nlohmann::json shares = nlohmann::json::array({cfg_.shard.local_share});
-        for (const WorkerConfig & c : cfg_.workers) shares.push_back(c.share);
-        return {{"mode", "shard"}, {"shares", shares}, {"slice", w + 1}};  // slices in split order: this host first
-    }
+    if (cfg_.mode == ConfigMode::shard)
+        return {{"mode", "shard"}, {"shares", shard_shares_}, {"slice", w + 1}};  // slices in split order: this host first
     return {{"mode", "rows"}};
 }
 
@@ -242,6 +242,11 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.plans_ok.insert(r.plan_id);
     }
     return true;
+}
+
+void Dispatcher::set_shard_shares(std::vector<double> shares) {
+    shard_shares_ = std::move(shares);
+    for (Worker & w : workers_) w.said_hello = false;  // usable() says hello with the new plan first
 }
 
 void Dispatcher::record_verify(size_t wi, const PartComparison & c, const std::string & what) {

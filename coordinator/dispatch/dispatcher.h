@@ -83,6 +83,12 @@ public:
     void count_fallback(size_t w) { if (workers_[w].link) ++workers_[w].link->stats().fallbacks; else ++workers_[w].fallbacks_unlinked; }
     /// Test-only fault switch MOEZIP_TEST_FAULT=corrupt_request: corrupt request frames after hashing.
     bool fault_corrupt_request() const { return fault_corrupt_; }
+    /// Shard mode: the shares of n_ff (this host first, then the workers) the hellos state as the
+    /// plan: the config's, or with local_share = "auto" equal ones until set_shard_shares.
+    const std::vector<double> & shard_shares() const { return shard_shares_; }
+    /// New shard shares (sum 1): every worker says hello again with them before its next request,
+    /// so it accepts only its new slice (a changed slice is a new plan, docs/protocol.md).
+    void set_shard_shares(std::vector<double> shares);
     MoeExecutor & executor() { return exec_; }
     const Config & config() const { return cfg_; }
     const GgmlApi & api() const { return api_; }
@@ -135,6 +141,7 @@ private:
     std::vector<std::string> pending_errors_;
     bool fault_corrupt_ = false;
     MoeExecutor exec_;
+    std::vector<double> shard_shares_;
     int pid_ = 0;
 };
 

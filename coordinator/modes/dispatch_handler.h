@@ -25,6 +25,7 @@
 #include "coordinator/dispatch/dispatcher.h"
 #include "coordinator/modes/expert_balance.h"
 #include "coordinator/modes/region_handler.h"
+#include "coordinator/modes/share_balance.h"
 #include "coordinator/modes/split.h"
 
 #include <array>
@@ -89,6 +90,14 @@ class RowsHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// local_share = "auto": the measured speeds and the shares over time (ShareBalancer); null otherwise.
+    nlohmann::json balance_json() const override;
+
+private:
+    /// The row blocks of an n-row call: by the configured shares, or automatic ones.
+    std::vector<RowBlock> row_blocks(int64_t n);
+    ShareBalancer share_bal_{1 + cfg_.workers.size()};
+    uint64_t split_calls_ = 0;
 };
 
 class ShardHandler : public DispatchHandler {
@@ -98,7 +107,17 @@ public:
     /// Repacked experts (CPU_REPACK) interleave the rows of every expert: no n_ff slice of them exists.
     std::string refuses(const MoeRegion & r) const override;
 
+    /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.
+    nlohmann::json balance_json() const override;
+
 private:
+    /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices to
+    /// the measured speeds when that is expected to save at least 5% (a new plan: hello again).
+    void adjust_slices(int64_t n_blocks, int64_t n_rows);
+    static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
+    static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
+    ShareBalancer share_bal_{1 + cfg_.workers.size()};
+    uint64_t calls_auto_ = 0, slice_changes_ = 0;
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;

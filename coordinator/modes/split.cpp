@@ -31,6 +31,16 @@ std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & sha
     return blocks;
 }
 
+std::vector<RowBlock> split_counts(const std::vector<int64_t> & counts) {
+    std::vector<RowBlock> blocks(counts.size());
+    int64_t first = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+        blocks[i] = {first, counts[i]};
+        first += counts[i];
+    }
+    return blocks;
+}
+
 std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<double> & shares) {
     std::vector<RowBlock> slices = split_rows(n_ff / block, shares);
     for (RowBlock & s : slices) {

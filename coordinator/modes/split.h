@@ -19,6 +19,9 @@ struct RowBlock {
 /// 0 gets no rows. This host gets the first block, workers the following blocks in config order.
 std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & shares);
 
+/// Consecutive blocks of `counts[i]` units each, the first starting at 0 (automatic shares).
+std::vector<RowBlock> split_counts(const std::vector<int64_t> & counts);
+
 /// Shard mode: splits n_ff into slices by shares (as split_rows) in whole blocks of `block` units
 /// (the down weights' ggml_blck_size), so every slice starts and ends on a quantization block.
 /// n_ff must be a multiple of block. A share too small for one block may get none.
