@@ -44,6 +44,7 @@ const BadCase bad_cases[] = {
     {"replicas_with_partial.toml", "6", "experts.replicas", "needs combine = \"exact\""},
     {"auto_share_with_number.toml", "8", "worker[0].share", "rows.local_share = \"auto\" measures every share: write \"auto\" or leave it out, got 0.5"},
     {"auto_share_alone.toml", "8", "worker[0].share", "\"auto\" needs shard.local_share = \"auto\" too"},
+    {"approximate_without_verify.toml", "2", "numerics", "\"approximate\" needs dispatch.verify_every"},
     {"share_not_auto.toml", "4", "rows.local_share", "expected number 0..1 or \"auto\", got \"fast\""},
     {"bad_expert_range.toml", "5", "worker[0].experts", "range start 7 is above its end 4"},
     {"worker_without_experts.toml", "6", "worker[0].experts", "required in experts mode"},

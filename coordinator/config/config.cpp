@@ -257,7 +257,7 @@ struct Reader {
     void read_top(const toml::table & root) {
         check_known(root, "", {"mode", "report", "report_flush_ms", "require_intercept", "on_mismatch", "strict",
                                "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
-                               "worker_server", "verify_every"});
+                               "worker_server", "verify_every", "numerics"});
         read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
         std::string report;
         int line = read_string(root, "", "report", report);
@@ -270,6 +270,7 @@ struct Reader {
         read_bool(root, "", "no_repack", cfg.no_repack);
         read_int(root, "", "threads", 0, 256, cfg.threads);
         read_choice(root, "", "log", {"error", "warn", "info", "debug"}, cfg.log);
+        read_choice(root, "", "numerics", {"exact", "approximate"}, cfg.numerics);
         read_top_security(root);
     }
 

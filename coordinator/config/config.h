@@ -30,6 +30,11 @@ enum class ConfigMode {
 enum class MismatchPolicy { passthrough, abort };
 /// A worker fails or times out.
 enum class WorkerErrorPolicy { local, abort };
+/// Whether workers must compute with this host's very kernels (docs/numerics.md).
+enum class NumericsPolicy {
+    exact,        ///< a worker on another CPU variant or build is refused: every result is the single-node bits
+    approximate,  ///< such a worker is accepted; its results are checked by verify_every within the tolerances
+};
 /// How expert results from other hosts are combined (experts mode).
 enum class ExpertCombine { exact, partial };
 
@@ -133,6 +138,9 @@ struct Config {
     bool no_repack = false;           ///< hide the CPU "extra" (repack) buffer types (weights stay GGUF layout)
     int threads = 0;                  ///< threads for moezip's own compute, 0 = the engine's count; 0..256
     LogLevel log = LogLevel::info;    ///< default info
+    /// "approximate": accept workers whose CPU variant or kernel build-id differs (not bit-exact;
+    /// needs dispatch.verify_every, results compared within verify_max_abs / verify_min_cosine); default exact
+    NumericsPolicy numerics = NumericsPolicy::exact;
 
     RowsConfig rows;
     ExpertsConfig experts;

@@ -140,6 +140,10 @@ void check_security(const Config & cfg, std::vector<ConfigIssue> & issues) {
 } // namespace
 
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    // results of other kernels are only as trusted as they are checked
+    if (cfg.numerics == NumericsPolicy::approximate && cfg.dispatch.verify_every == 0)
+        issues.push_back({config_line_of(cfg, "numerics"), "numerics: \"approximate\" needs dispatch.verify_every (1..1000000000): "
+                                                           "results of another CPU variant are accepted only as far as they are checked"});
     check_endpoints(cfg, issues);
     check_security(cfg, issues);
     if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, cfg.rows.auto_share, issues);
