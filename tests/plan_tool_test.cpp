@@ -128,6 +128,24 @@ TEST(PlanTool, AFasterHostIsGivenMoreOfTheLoad) {
     EXPECT_EQ(p["replicated"], 16) << "room for every expert on both: all replicated";
 }
 
+TEST(PlanTool, SpeedsAreMeasuredFromTheWorkersServiceTimesAndThisHostsLocalTime) {
+    const std::string model = fixture_model(kModel);
+    const std::string dir = test_dir("plan_measured");
+    json rep = load_json(calibration_report(dir, model));
+    // as a distributed run reports them: a worker's service time per slot; a rows-mode balance
+    // section (per row, not per slot) is not taken for per-slot speeds
+    rep["workers"] = json::array({{{"endpoint", "ipc:///tmp/w.sock"}, {"slots", 100}, {"service_ms_total", 50.0}}});
+    rep["balance"] = {{"mode", "rows"}, {"hosts", json::array({{{"host", "here"}, {"ms_per_unit", 9.0}, {"samples", 3}}})}};
+    std::ofstream(dir + "/measured.json") << rep.dump();
+    CommandResult r = plan({"--report", dir + "/measured.json", "--host", "here," + budget(16), "--host",
+                            "ipc:///tmp/w.sock," + budget(16), "--json", dir + "/plan.json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json p = load_json(dir + "/plan.json");
+    EXPECT_EQ(p["hosts"][0]["speed_from"], "measured") << "from the layers' local time per local slot: " << p.dump();
+    EXPECT_EQ(p["hosts"][1]["speed_from"], "measured") << p.dump();
+    EXPECT_DOUBLE_EQ(p["hosts"][1]["speed"].get<double>(), 2.0) << "1 / 0.5 ms per slot: " << p.dump();
+}
+
 TEST(PlanTool, ARunWithThePlannedPlacementGivesTheSingleNodeLogits) {
     const std::string model = fixture_model(kModel);
     Cluster c{test_dir("plan_run"), {}};

@@ -63,7 +63,8 @@ double number_or(const json & j, const char * key, double fallback) {
 // Decode ms per slot by host: the balancer's estimates when the run had replicas, else workers'
 // service time per slot and this host's local time per local slot (averages over the whole run).
 void read_speeds(const json & rep, std::map<std::string, std::vector<double>> & ms) {
-    if (rep.contains("balance") && rep["balance"].contains("hosts")) {
+    // experts mode's balance section (replicas) has per-slot estimates; rows/shard's ("mode") has per-row or block ones
+    if (rep.contains("balance") && rep["balance"].is_object() && !rep["balance"].contains("mode") && rep["balance"].contains("hosts")) {
         for (const json & h : rep["balance"]["hosts"])
             if (number_or(h, "samples_small", 0) > 0 && h.contains("host") && h["host"].is_string())
                 ms[h["host"].get<std::string>()].push_back(number_or(h, "ms_per_slot_small", 0));
