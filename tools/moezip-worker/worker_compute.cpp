@@ -15,7 +15,7 @@ int64_t compute_count_pairs(const int32_t * ids, int64_t n) {
 RequestShape WorkerCompute::request_shape_of(const WorkerModel & model, const GgmlApi & api) {
     RequestShape shape;
     for (const WorkerLayer & l : model.layers())
-        shape.layers.push_back({l.il, l.n_embd, l.n_ff, (int64_t) api.ggml_blck_size(l.down_exps->type)});
+        shape.layers.push_back({l.il, l.n_embd, l.n_ff, (int64_t) api.ggml_blck_size(l.down_exps->type), l.bias_flags()});
     shape.n_expert = model.n_expert();
     shape.served = model.served();
     shape.served_mask.assign((size_t) std::max<int64_t>(model.n_expert(), 0), false);
@@ -98,6 +98,12 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     w.up_exps = l->up_exps;
     w.down_exps = l->down_exps;
     w.glu_op = static_cast<ggml_glu_op>(h.glu_op);
+    w.glu_alpha = h.glu_alpha;
+    w.glu_limit = h.glu_limit;
+    w.weight_before = (h.ffn_flags & kFfnWeightBefore) != 0;
+    w.gate_b = l->gate_b;  // request_check: the request's bias bits are the layer's
+    w.up_b = l->up_b;
+    w.down_b = l->down_b;
     if (h.n_frames == 4) request_slice_of(frames[3], w.ff_first, w.ff_count);  // shard mode: a partial sum over this slice
     Status st = Status::ok();
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
@@ -127,6 +133,9 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     reply.n_pairs = (int32_t) n_pairs;
     reply.reply = h.reply;
     reply.glu_op = h.glu_op;
+    reply.ffn_flags = h.ffn_flags;
+    reply.glu_alpha = h.glu_alpha;
+    reply.glu_limit = h.glu_limit;
     msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());
     return Status::ok();
 }

@@ -1,5 +1,6 @@
 #include "tools/moezip-worker/worker_model.h"
 
+#include "coordinator/wire/protocol.h"
 #include "provider_map/expert_digest.h"
 
 #include <algorithm>
@@ -15,9 +16,10 @@ namespace moezip {
 
 namespace {
 
-// The three tensors of one layer (tensor nullptr = absent).
+// The expert tensors of one layer (tensor nullptr = absent).
 struct LayerIds {
     GgufTensorLoc gate, up, down;
+    GgufTensorLoc gate_b, up_b, down_b;
 };
 
 std::string shape_text(const ggml_tensor * t) {
@@ -56,12 +58,15 @@ Status WorkerModel::find_layers() {
         if (suffix == "ffn_gate_exps.weight") found[il].gate = t;
         else if (suffix == "ffn_up_exps.weight") found[il].up = t;
         else if (suffix == "ffn_down_exps.weight") found[il].down = t;
+        else if (suffix == "ffn_gate_exps.bias") found[il].gate_b = t;
+        else if (suffix == "ffn_up_exps.bias") found[il].up_b = t;
+        else if (suffix == "ffn_down_exps.bias") found[il].down_b = t;
         else if (suffix == "ffn_gate_up_exps.weight")
             return Status::unsupported("model " + path_ + ": " + name + " is a fused gate+up expert tensor; moezip-worker "
                                        "needs separate ffn_gate_exps and ffn_up_exps");
         else
             return Status::unsupported("model " + path_ + ": expert tensor " + name +
-                                       " (biases or another expert layout) is not supported by moezip-worker");
+                                       " (another expert layout) is not supported by moezip-worker");
     }
     for (const auto & kv : found) {
         const std::string blk = "model " + path_ + ": blk." + std::to_string(kv.first);
@@ -75,7 +80,11 @@ Status WorkerModel::find_layers() {
         l.gate_exps = ids.gate.tensor;
         l.up_exps = ids.up.tensor;
         l.down_exps = ids.down.tensor;
-        for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down}) locs_[t->tensor] = *t;
+        l.gate_b = ids.gate_b.tensor;
+        l.up_b = ids.up_b.tensor;
+        l.down_b = ids.down_b.tensor;
+        for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down, &ids.gate_b, &ids.up_b, &ids.down_b})
+            if (t->tensor) locs_[t->tensor] = *t;
         Status st = check_layer(l);
         if (!st) return st;
         layers_.push_back(l);
@@ -104,7 +113,22 @@ Status WorkerModel::check_layer(WorkerLayer & l) {
         if (t->nb[2] * (size_t) t->ne[2] != api_->ggml_nbytes(t))
             return Status::invalid_argument(where + t->name + " is not densely laid out");
     }
+    // biases as build_moe_ffn adds them (ggml_add_id): f32, one column per expert
+    const ggml_tensor * biases[3] = {l.gate_b, l.up_b, l.down_b};
+    const int64_t rows[3] = {l.n_ff, l.n_ff, l.n_embd};
+    for (int i = 0; i < 3; ++i) {
+        const ggml_tensor * b = biases[i];
+        if (b == nullptr) continue;
+        if (b->type != GGML_TYPE_F32 || !shape_is(b, rows[i], l.n_expert, 1))
+            return Status::invalid_argument(where + b->name + " is " + api_->ggml_type_name(b->type) + " " + shape_text(b) +
+                                            ", expected f32 [" + std::to_string(rows[i]) + ", " + std::to_string(l.n_expert) +
+                                            ", 1, 1] (one bias column per expert)");
+    }
     return Status::ok();
+}
+
+uint32_t WorkerLayer::bias_flags() const {
+    return (gate_b ? kFfnGateBias : 0u) | (up_b ? kFfnUpBias : 0u) | (down_b ? kFfnDownBias : 0u);
 }
 
 const WorkerLayer * WorkerModel::layer(int il) const {
@@ -135,6 +159,8 @@ Status WorkerModel::place_mmap() {
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})  // small: read whole when first used
+            if (t) t->data = bases[(size_t) loc(t).part] + loc(t).offset;
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
             uint8_t * base = bases[(size_t) loc(t).part];
             const uint64_t off = loc(t).offset;
@@ -149,20 +175,25 @@ Status WorkerModel::place_mmap() {
     return Status::ok();
 }
 
-Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
+Status WorkerModel::read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) {
     const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
     const uint64_t off = loc(t).offset;
+    uint64_t done = 0;
+    while (done < want) {
+        ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
+                                    (n < 0 ? strerror(errno) : "unexpected end of file"));
+        done += (uint64_t) n;
+    }
+    return Status::ok();
+}
+
+Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
     for (const ExpertRange & r : served_) {
-        uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
-        const uint64_t start = (uint64_t) r.first * t->nb[2];
-        while (done < want) {
-            ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0)
-                return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
-                                        (n < 0 ? strerror(errno) : "unexpected end of file"));
-            done += (uint64_t) n;
-        }
+        Status st = read_range(t, base, (uint64_t) r.first * t->nb[2], (uint64_t) (r.last - r.first + 1) * t->nb[2]);
+        if (!st) return st;
     }
     return Status::ok();
 }
@@ -180,6 +211,17 @@ Status WorkerModel::place_anonymous() {
             Status st = read_slices(t, static_cast<uint8_t *>(p));
             if (!st) return st;
         }
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {
+            if (t == nullptr) continue;
+            const size_t bytes = api_->ggml_nbytes(t);
+            void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
+            maps_.emplace_back(p, bytes);
+            t->data = p;
+            Status st = read_range(t, static_cast<uint8_t *>(p), 0, bytes);
+            if (!st) return st;
+        }
     }
     return Status::ok();
 }
@@ -188,7 +230,7 @@ void WorkerModel::compute_digests() {
     for (WorkerLayer & l : layers_)
         for (const ExpertRange & r : served_)
             for (int e = r.first; e <= r.last; ++e)
-                l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
+                l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, l.gate_b, l.up_b, l.down_b, e);
 }
 
 Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api) {
@@ -209,6 +251,9 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     for (const WorkerLayer & l : layers_)
         for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps})
             served_bytes_ += (uint64_t) expert_ranges_count(served_) * t->nb[2];
+    for (const WorkerLayer & l : layers_)
+        for (const ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})
+            if (t) served_bytes_ += api_->ggml_nbytes(t);
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     if (!st) return st;
     compute_digests();

@@ -7,8 +7,12 @@
 //   blk.N.ffn_gate_exps.weight  [n_embd, n_ff, n_expert]
 //   blk.N.ffn_up_exps.weight    [n_embd, n_ff, n_expert]
 //   blk.N.ffn_down_exps.weight  [n_ff, n_embd, n_expert]
-// Other expert layouts (fused ffn_gate_up_exps, expert biases, up without gate) are refused with a
-// message naming the tensor: they need other compute than MoeExecutor's.
+// and, where the arch has them (gpt-oss: LLM_ARCH_OPENAI_MOE in src/llama-model.cpp), per-expert biases
+//   blk.N.ffn_gate_exps.bias    f32 [n_ff, n_expert]
+//   blk.N.ffn_up_exps.bias      f32 [n_ff, n_expert]
+//   blk.N.ffn_down_exps.bias    f32 [n_embd, n_expert]
+// which are small and read whole. Other expert layouts (fused ffn_gate_up_exps, up without gate,
+// biases of another type or shape) are refused with a message naming the tensor.
 //
 // Memory: expert e of a tensor is bytes [e*nb[2], (e+1)*nb[2]) (GGUF layout, ggml.h). Default:
 // each tensor gets an anonymous reservation of its full size (MAP_NORESERVE, MADV_HUGEPAGE) and
@@ -41,7 +45,12 @@ struct WorkerLayer {
     ggml_tensor * gate_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;       ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;     ///< [n_ff, n_embd, n_expert]
-    std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(...)
+    /// Per-expert biases (gpt-oss), f32 [n_ff, n_expert] x2 and [n_embd, n_expert]; null when absent.
+    ggml_tensor * gate_b = nullptr, * up_b = nullptr, * down_b = nullptr;
+    std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(..., biases, e)
+
+    /// The FfnFlag bias bits (coordinator/wire/protocol.h) of the biases present.
+    uint32_t bias_flags() const;
 };
 
 /// One file of the model and the MoE layers whose expert tensors it holds.
@@ -67,7 +76,8 @@ public:
     /// Reads the metadata of every file, finds the MoE layers and loads the served experts. Errors:
     /// io_error (open/read/map failed, a split part missing, file shorter than its tensors),
     /// invalid_argument (not a GGUF, a split model's later part, no MoE layer, shapes disagree,
-    /// experts outside [0, n_expert)), unsupported (fused or biased expert tensors). Every message
+    /// experts outside [0, n_expert), biases not f32 [n_ff or n_embd, n_expert]), unsupported (a fused
+    /// gate+up tensor, another expert tensor). Every message
     /// names the file and, where one is at fault, the tensor. Files are read through `api` (the
     /// engine bound at run time), which must outlive this object.
     Status load(const WorkerModelOptions & opt, const GgufReadApi & api);
@@ -90,6 +100,7 @@ private:
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
+    Status read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes);
     void compute_digests();
 
     const GgufTensorLoc & loc(const ggml_tensor * t) const { return locs_.at(t); }
