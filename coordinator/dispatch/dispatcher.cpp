@@ -192,7 +192,7 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
     if (theirs_layout != mine_layout)
         return Status::mismatch(who + "it holds the experts in " + theirs_layout + " layout, this host in " + mine_layout +
                                 (r.repacked ? " (the engine repacked them, CPU_REPACK): the kernels and their bits would differ; "
-                                              "set no_repack = true here, or have the worker repack them too"
+                                              "start the worker with --repack, or set no_repack = true here"
                                             : ": the kernels and their bits would differ"));
     // per-expert biases (gpt-oss): the same tensors on both sides; their content is in the digests
     std::string mine_biases, theirs_biases;

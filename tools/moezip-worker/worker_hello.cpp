@@ -27,7 +27,7 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                           {"n_embd", l.n_embd},
                           {"n_ff", l.n_ff},
                           {"n_expert", l.n_expert},
-                          {"layout", "gguf"},
+                          {"layout", l.repacked ? "repacked" : "gguf"},
                           {"tensors", {tensor_json(engine.api, l.gate_exps), tensor_json(engine.api, l.up_exps),
                                       tensor_json(engine.api, l.down_exps)}},
                           {"biases", biases},

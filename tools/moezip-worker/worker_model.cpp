@@ -46,6 +46,8 @@ bool split_block_name(const char * name, int & il, std::string & suffix) {
 
 WorkerModel::~WorkerModel() {
     for (auto & m : maps_) munmap(m.first, m.second);
+    for (ggml_backend_buffer_t b : repack_buffers_) repack_->buffer_free(b);
+    if (ctx_ != nullptr) api_->ggml_free(ctx_);
 }
 
 Status WorkerModel::find_layers() {
@@ -227,10 +229,91 @@ Status WorkerModel::place_anonymous() {
 }
 
 void WorkerModel::compute_digests() {
-    for (WorkerLayer & l : layers_)
+    for (WorkerLayer & l : layers_) {
+        const ExpertWeights & w = l.weights;
         for (const ExpertRange & r : served_)
             for (int e = r.first; e <= r.last; ++e)
-                l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, l.gate_b, l.up_b, l.down_b, e);
+                l.digests[e] = expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
+                                                         l.local_of.empty() ? e : l.local_of[(size_t) e]);
+    }
+}
+
+// A no_alloc tensor like src with only the served experts (its last dimension n_served: ne[2] of
+// expert weights, ne[1] of biases) and its content in GGUF layout: src's served slices in expert order.
+ggml_tensor * WorkerModel::served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes) {
+    ggml_tensor * t = bias ? api_->ggml_new_tensor_2d(ctx_, src->type, src->ne[0], n_served)
+                           : api_->ggml_new_tensor_3d(ctx_, src->type, src->ne[0], src->ne[1], n_served);
+    api_->ggml_set_name(t, src->name);
+    const size_t slice = bias ? src->nb[1] : src->nb[2];
+    bytes.resize(slice * (size_t) n_served);
+    size_t at = 0;
+    for (int64_t e = 0; e < n_expert_; ++e) {
+        if (!served_mask_[(size_t) e]) continue;
+        memcpy(bytes.data() + at, static_cast<const uint8_t *>(src->data) + (size_t) e * slice, slice);
+        at += slice;
+    }
+    return t;
+}
+
+Status WorkerModel::place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes) {
+    void * p = mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Status::io_error("reserving " + std::to_string(bytes.size()) + " bytes for " + t->name + ": " + strerror(errno));
+    maps_.emplace_back(p, bytes.size());
+    memcpy(p, bytes.data(), bytes.size());
+    t->data = p;
+    return Status::ok();
+}
+
+// Unmaps the anonymous reservation of src (its served slices were copied).
+void WorkerModel::release_source(ggml_tensor * src) {
+    for (size_t i = 0; i < maps_.size(); ++i)
+        if (maps_[i].first == src->data) {
+            munmap(maps_[i].first, maps_[i].second);
+            maps_.erase(maps_.begin() + (long) i);
+            break;
+        }
+    src->data = nullptr;
+}
+
+Status WorkerModel::repack_layers(const WorkerRepackApi & rp) {
+    repack_ = &rp;
+    const int64_t n_served = expert_ranges_count(served_);
+    std::vector<int32_t> local_of((size_t) n_expert_, -1);
+    int32_t next = 0;
+    for (int64_t e = 0; e < n_expert_; ++e)
+        if (served_mask_[(size_t) e]) local_of[(size_t) e] = next++;
+    const size_t n_tensors = layers_.size() * 6;
+    ggml_init_params ip = {n_tensors * api_->ggml_tensor_overhead(), nullptr, /*no_alloc =*/ true};
+    ctx_ = api_->ggml_init(ip);
+    if (ctx_ == nullptr) return Status::io_error("ggml_init failed");
+    std::vector<uint8_t> bytes;
+    for (WorkerLayer & l : layers_) {
+        ggml_tensor * local[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+        ggml_tensor * const src[6] = {l.gate_exps, l.up_exps, l.down_exps, l.gate_b, l.up_b, l.down_b};
+        for (int i = 0; i < 6; ++i) {
+            if (src[i] == nullptr) continue;
+            local[i] = served_copy(src[i], /*bias =*/ i >= 3, n_served, bytes);
+            RepackedTensor rt;
+            Status st = i < 3 ? worker_repack_tensor(rp, local[i], bytes.data(), bytes.size(), rt) : Status::ok();  // biases: plain f32
+            if (!st) return st;
+            if (rt.repacked) {
+                repack_buffers_.push_back(rt.buffer);
+                l.repacked = true;
+            } else {
+                st = place_plain(local[i], bytes);
+                if (!st) return st;
+            }
+            release_source(src[i]);
+        }
+        l.weights.gate_exps = local[0];
+        l.weights.up_exps = local[1];
+        l.weights.down_exps = local[2];
+        l.weights.gate_b = local[3];
+        l.weights.up_b = local[4];
+        l.weights.down_b = local[5];
+        l.local_of = local_of;
+    }
+    return Status::ok();
 }
 
 Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api) {
@@ -254,8 +337,25 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     for (const WorkerLayer & l : layers_)
         for (const ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})
             if (t) served_bytes_ += api_->ggml_nbytes(t);
+    if (opt.repack != nullptr && opt.use_mmap)
+        return Status::invalid_argument("--repack copies the served experts into the CPU backend's layout: --mmap does not apply");
+    if (opt.repack != nullptr && opt.repack->buft == nullptr)
+        return Status::unsupported("--repack: this engine's CPU backend has no CPU_REPACK buffer type (no repacked kernels "
+                                   "for this CPU or build), so its host does not repack either");
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     if (!st) return st;
+    for (WorkerLayer & l : layers_) {
+        l.weights.gate_exps = l.gate_exps;
+        l.weights.up_exps = l.up_exps;
+        l.weights.down_exps = l.down_exps;
+        l.weights.gate_b = l.gate_b;
+        l.weights.up_b = l.up_b;
+        l.weights.down_b = l.down_b;
+    }
+    if (opt.repack != nullptr) {
+        st = repack_layers(*opt.repack);
+        if (!st) return st;
+    }
     compute_digests();
     return Status::ok();
 }
