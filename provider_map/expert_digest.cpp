@@ -44,4 +44,16 @@ uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_ten
     return expert_identity_digest(slice_digest_of(gate_exps, e), slice_digest_of(up_exps, e), slice_digest_of(down_exps, e));
 }
 
+uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
+                                   const ggml_tensor * gate_b, const ggml_tensor * up_b, const ggml_tensor * down_b, int64_t e) {
+    uint64_t d = expert_identity_digest_of(gate_exps, up_exps, down_exps, e);
+    const ggml_tensor * biases[3] = {gate_b, up_b, down_b};
+    for (int i = 0; i < 3; ++i) {
+        if (biases[i] == nullptr) continue;
+        const uint8_t * column = static_cast<const uint8_t *>(biases[i]->data) + (size_t) e * biases[i]->nb[1];
+        d ^= rotl64(XXH3_64bits(column, biases[i]->nb[1]), 3 + i);
+    }
+    return d;
+}
+
 } // namespace moezip

@@ -44,4 +44,11 @@ uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down);
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
                                    const ggml_tensor * down_exps, int64_t e);
 
+/// The identity digest of expert `e` with its per-expert biases (gpt-oss: ffn_{gate,up,down}_exps.bias,
+/// f32 [n_ff or n_embd, n_expert], column e = bytes [e*nb[1], (e+1)*nb[1])): the digest above, XORed
+/// with rotl64(XXH3-64 of the whole column, 3 + i) for each bias i present (gate 0, up 1, down 2). A bias
+/// column is small (n_ff floats), so all of it is read. With every bias null, equal to the digest above.
+uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
+                                   const ggml_tensor * gate_b, const ggml_tensor * up_b, const ggml_tensor * down_b, int64_t e);
+
 } // namespace moezip

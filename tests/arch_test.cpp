@@ -78,8 +78,45 @@ std::string try_start_worker(Cluster & c, const std::string & model, const std::
     return c.workers.back()->error() + " " + c.workers.back()->stderr_text();
 }
 
+/// Shard mode (this host and the worker with every expert, n_ff halves) with every call shadowed:
+/// either every layer distributed with the shadow's largest difference and smallest cosine inside
+/// the default verify tolerances (docs/numerics.md: shard sums partial results in another order, so
+/// it is not bit-identical), or, for layers with expert biases (gpt-oss), left to the engine with a
+/// reason naming them and the observe run's logits.
+void expect_shard_within_tolerance(const Cluster & c, const std::string & model) {
+    const std::string body = "mode = \"shard\"\n[shard]\nlocal_share = 0.5\nshadow_every = 1\n" +
+                             worker_entry(c.workers[0]->endpoint(), "share", "0.5");
+    CommandResult r = run_host(c.dir, "shard", model, body);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json rep = load_json(c.dir + "/shard.json");
+    bool biased = false;
+    for (const auto & p : rep["provider_map"]) {
+        const std::string pattern = p.value("pattern", "");
+        if (pattern.find("_bias") == std::string::npos) {
+            EXPECT_TRUE(p["dispatchable"].get<bool>()) << p.dump();
+            continue;
+        }
+        biased = true;
+        EXPECT_FALSE(p["dispatchable"].get<bool>()) << p.dump();
+        EXPECT_NE(p.value("reason", "").find("biases"), std::string::npos) << p.dump();
+    }
+    if (biased) {
+        expect_same_logits(c.dir, "observe", "shard");
+        return;
+    }
+    EXPECT_EQ(sum_layers(rep, "passthrough"), 0u);
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    json shadow;
+    for (const auto & w : rep["workers"]) if (w.contains("shadow")) shadow = w["shadow"];
+    ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
+    EXPECT_EQ(shadow["calls"].get<uint64_t>(), sum_layers(rep, "calls")) << "every call shadowed";
+    EXPECT_GE(shadow["min_cosine"].get<double>(), 0.99999) << shadow.dump();
+    EXPECT_LE(shadow["max_abs_err"].get<double>(), 1e-4) << shadow.dump();
+    EXPECT_EQ(shadow["exceeded"].get<uint64_t>(), 0u) << shadow.dump();
+}
+
 /// Local, rows (one worker with every expert) and experts (two workers, 0-3 and 4-7) mode against
-/// observe (expect_mode_equals_observe). `worker_refusal`: what a worker that refuses the model must
+/// observe (expect_mode_equals_observe), then shard (expect_shard_within_tolerance). `worker_refusal`: what a worker that refuses the model must
 /// name (expect either); the distributing modes are then not run.
 void expect_every_mode_equals_observe(Cluster & c, const std::string & model, expect_kind expect,
                                       const char * worker_refusal = "") {
@@ -98,6 +135,7 @@ void expect_every_mode_equals_observe(Cluster & c, const std::string & model, ex
                                "mode = \"experts\"\n" + worker_entry(c.workers[1]->endpoint(), "experts", "\"0-3\"") +
                                    worker_entry(c.workers[2]->endpoint(), "experts", "\"4-7\""),
                                expect);
+    expect_shard_within_tolerance(c, model);
 }
 
 struct arch_case {
@@ -145,16 +183,12 @@ INSTANTIATE_TEST_SUITE_P(
                       arch_case{"olmoe", {0, 1}, expect_kind::dispatchable, "", ""},
                       arch_case{"glm4moe", {1, 2}, expect_kind::dispatchable, "", ""},
                       arch_case{"llama", {0, 1}, expect_kind::dispatchable, "", ""},
-                      // LEAD: switch gpt-oss and llama4 to expect_kind::dispatchable once workers compute
-                      // their forms (the test then requires require_intercept in rows and experts mode).
-                      // Today: recognised and computed here in local mode (bit-identical); rows and experts
-                      // leave them to the engine with a reason ("... computed by moezip here (mode local)
-                      // but not yet by workers"); moezip-worker refuses gpt-oss's expert bias tensors
-                      // (tools/moezip-worker/worker_model.cpp). Before main a47958f the observe reasons were
-                      // "expert biases (ffn_moe_up_biased) are not supported" and "ffn_moe_weighted is not
-                      // MUL(down, weights) (weights applied before the FFN?)".
-                      arch_case{"gpt-oss", {0, 1}, expect_kind::either, "ffn_moe_", "ffn_gate_exps.bias"},
-                      arch_case{"llama4", {1, 3}, expect_kind::either, "ffn_moe_", ""}),
+                      // gpt-oss (expert biases, swiglu_oai) and llama4 (routing weight before the FFN,
+                      // top-1): workers compute their forms since protocol v4 (ffn_flags, glu_alpha,
+                      // glu_limit in the header); before, rows and experts mode left them to the engine
+                      // ("... not yet by workers") and moezip-worker refused gpt-oss's bias tensors.
+                      arch_case{"gpt-oss", {0, 1}, expect_kind::dispatchable, "", ""},
+                      arch_case{"llama4", {1, 3}, expect_kind::dispatchable, "", ""}),
     case_name);
 
 TEST(PerLayerExperts, CountsOfEveryLayerAreDispatchableAndBitIdentical) {

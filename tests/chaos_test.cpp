@@ -29,14 +29,15 @@ std::string tiny_q8() { return fixture_model({"--preset", "tiny", "--type", "q8_
 } // namespace
 
 TEST(Chaos, WorkersStoppedKilledAndRestartedMidDecodeLeaveTheSingleNodeOutput) {
-    // Two workers that answer after 2 ms each, so that the decode (560 tokens) lasts ~4 s whoever is
-    // down. Timeline from the host's start: worker 1 stopped at 0.3 s (its request times out, it is
+    // Two workers that answer after 3 ms each, so that the decode (560 tokens) lasts ~5 s whoever is
+    // down (2 ms was seen to leave only 1.15 s after the chaos on a fast idle machine: the fallbacks
+    // while a worker is down are quicker than the delayed workers). Timeline from the host's start: worker 1 stopped at 0.3 s (its request times out, it is
     // down for its 1 s back-off) and continued at 0.8 s (probed again with a hello, used again);
     // worker 0 killed at 1.9 s and a new process started on its endpoint at 2.0 s (another instance:
     // verified again before it computes anything).
     const std::string model = tiny_q8();
     Cluster c{test_dir("chaos"), {}};
-    const std::map<std::string, std::string> slow = {{"MOEZIP_WORKER_FAULT", "delay_ms=2"}};
+    const std::map<std::string, std::string> slow = {{"MOEZIP_WORKER_FAULT", "delay_ms=3"}};
     const std::string e0 = "ipc://" + c.dir + "/w0.sock", e1 = "ipc://" + c.dir + "/w1.sock";
     ASSERT_TRUE(c.start_worker(model, e0, "0-3", slow));
     ASSERT_TRUE(c.start_worker(model, e1, "4-7", slow));

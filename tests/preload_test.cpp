@@ -295,6 +295,28 @@ TEST_P(RepackedExperts, LocalModeRunsTheRepackKernelsAndOtherModesSayWhatTheyCan
     ASSERT_EQ(ex.exit_code, 0) << ex.err;
     EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/experts.json"}).exit_code, 0);
     EXPECT_NE(ex.err.find("it holds the experts in gguf layout, this host in repacked"), std::string::npos) << ex.err;
+
+    // Workers that repack their experts as the engine does (--repack) are used, and every mode that
+    // can slice nothing is bit-identical to the repacked single node: experts (this host 0-3 on the
+    // engine's tensors, the worker 4-7 on its own CPU_REPACK copies of only those) and rows (a worker
+    // holding all of them). The ready line says so; hello_ok's layout is "repacked".
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/rp.sock", "4-7", {}, {"--repack"}));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/rpall.sock", "", {}, {"--repack"}));
+    EXPECT_NE(c.workers[1]->ready_line().find("repacked where the engine repacks"), std::string::npos) << c.workers[1]->ready_line();
+    for (const auto & m : {std::make_pair("experts_repacked", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[[worker]]\nendpoint = \"" +
+                                                                  c.workers[1]->endpoint() + "\"\nexperts = \"4-7\"\n"),
+                           std::make_pair("rows_repacked", "mode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"" +
+                                                               c.workers[2]->endpoint() + "\"\nshare = 0.5\n")}) {
+        CommandResult r = run(m.first, "require_intercept = true\n" + m.second);
+        ASSERT_EQ(r.exit_code, 0) << m.first << ": " << r.err;
+        EXPECT_EQ(run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/" + m.first + ".json"}).exit_code, 0)
+            << m.first;
+        EXPECT_EQ(load_json(c.dir + "/" + m.first + "-run.json")["tokens"], load_json(c.dir + "/observe-run.json")["tokens"]) << m.first;
+        const json rr = load_json(c.dir + "/" + m.first + ".json");
+        EXPECT_GT(sum_layers(rr, "remote_slots"), 0u) << m.first;
+        EXPECT_EQ(sum_layers(rr, "fallbacks"), 0u) << m.first;
+        for (const auto & w : rr["workers"]) EXPECT_EQ(w.value("refused", ""), "") << w.dump();
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, RepackedExperts,

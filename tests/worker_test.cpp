@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -273,7 +275,17 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
     cases.push_back({"oversized n_rows", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.n_rows = kMaxRows + 1; })});
     cases.push_back({"n_used zero", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.n_used = 0; })});
     cases.push_back({"unknown reply kind", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.reply = 9; })});
-    cases.push_back({"unsupported glu op", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.glu_op = GGML_GLU_OP_SWIGLU_OAI; })});
+    cases.push_back({"unsupported glu op", ErrorCode::bad_kind, with_header([](MsgHeader & h) { h.glu_op = GGML_GLU_OP_SWIGLU_CLAMP; })});
+    // the FFN's form (protocol v4): this model has no expert biases
+    cases.push_back({"biases announced for a layer without them", ErrorCode::bad_shape,
+                     with_header([](MsgHeader & h) { h.ffn_flags = moezip::kFfnDownBias; })});
+    cases.push_back({"unknown ffn flag", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.ffn_flags = 1u << 9; })});
+    cases.push_back({"glu alpha without swiglu_oai", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.glu_alpha = 1.702f; })});
+    cases.push_back({"swiglu_oai with a NaN limit", ErrorCode::bad_shape, with_header([](MsgHeader & h) {
+                         h.glu_op = GGML_GLU_OP_SWIGLU_OAI;
+                         h.glu_limit = std::numeric_limits<float>::quiet_NaN();
+                     })});
+    cases.push_back({"reserved field set", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.reserved = 7; })});
     cases.push_back({"ids sent as f32", ErrorCode::bad_frames, with_header([](MsgHeader & h) { h.dtype[1] = (uint8_t) WireType::f32; })});
     {
         std::vector<zmq::message_t> f = compute_frames(compute_header(good, c.instance()), good);
@@ -293,6 +305,12 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
         std::string junk(sizeof(MsgHeader), 'j');
         g.emplace_back(junk.data(), junk.size());
         cases.push_back({"a header's worth of junk", ErrorCode::bad_magic, std::move(g)});
+        // a v3 peer: a 136-byte header with v3 in it is named by its version, not by its size
+        MsgHeader v3 = compute_header(good, c.instance());
+        v3.version = 3;
+        std::vector<zmq::message_t> old;
+        old.emplace_back(&v3, (size_t) 136);
+        cases.push_back({"a v3 peer's header", ErrorCode::bad_version, std::move(old)});
     }
     for (Case & k : cases) {
         const bool readable_header = k.frames[0].size() == sizeof(MsgHeader);

@@ -304,7 +304,7 @@ struct Reader {
         if (const toml::table * t = section(root, "worker_server")) {
             WorkerServerConfig & ws = cfg.worker_server;
             ws.present = true;
-            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "key", "allow", "insecure", "handshake_ms",
+            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "repack", "key", "allow", "insecure", "handshake_ms",
                                               "max_rows", "max_slots", "max_in_mib", "max_out_mib", "max_scratch_mib"});
             read_server_security(*t, ws);
             read_endpoint(*t, "worker_server", "bind", true, ws.bind);
@@ -312,6 +312,7 @@ struct Reader {
             read_experts(*t, "worker_server", "experts", ws.experts);
             read_int(*t, "worker_server", "threads", 1, 256, ws.threads);
             read_bool(*t, "worker_server", "mmap", ws.mmap);
+            read_bool(*t, "worker_server", "repack", ws.repack);
         }
     }
 

@@ -115,6 +115,7 @@ struct WorkerServerConfig {
     std::vector<ExpertRange> experts; ///< experts to load; default none = all
     int threads = 1;                  ///< compute threads, 1..256; default 1
     bool mmap = false;                ///< map the weights instead of loading them into memory; default false
+    bool repack = false;              ///< served experts in the CPU_REPACK layout (moezip-worker --repack); default false
     // -- security (docs/security.md; the same as moezip-worker's flags) --
     std::string key;                  ///< this worker's CURVE key file; default "" (plain)
     std::vector<std::string> allow;   ///< files of coordinator public keys admitted; default none

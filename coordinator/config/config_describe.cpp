@@ -124,6 +124,7 @@ void describe_workers(const Config & c, Lines & l) {
     l.add_str("worker_server.experts", expert_ranges_format(s.experts));
     l.add("worker_server.threads", s.threads);
     l.add("worker_server.mmap", s.mmap);
+    l.add("worker_server.repack", s.repack);
     describe_server_security(s, l);
 }
 

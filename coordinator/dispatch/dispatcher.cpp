@@ -197,14 +197,25 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
     if (theirs_layout != mine_layout)
         return Status::mismatch(who + "it holds the experts in " + theirs_layout + " layout, this host in " + mine_layout +
                                 (r.repacked ? " (the engine repacked them, CPU_REPACK): the kernels and their bits would differ; "
-                                              "set no_repack = true here, or have the worker repack them too"
+                                              "start the worker with --repack, or set no_repack = true here"
                                             : ": the kernels and their bits would differ"));
+    // per-expert biases (gpt-oss): the same tensors on both sides; their content is in the digests
+    std::string mine_biases, theirs_biases;
+    for (const ggml_tensor * b : {r.gate_b, r.up_b, r.down_b})
+        if (b) mine_biases += std::string(mine_biases.empty() ? "" : ", ") + b->name;
+    auto biases = layer->find("biases");
+    if (biases != layer->end() && biases->is_array())
+        for (const auto & b : *biases)
+            theirs_biases += std::string(theirs_biases.empty() ? "" : ", ") + (b.is_string() ? b.get<std::string>() : "?");
+    if (mine_biases != theirs_biases)
+        return Status::mismatch(who + "its expert biases (" + (theirs_biases.empty() ? "none" : theirs_biases) + ") differ from this host's (" +
+                                (mine_biases.empty() ? "none" : mine_biases) + ")");
     auto digests = layer->find("digests");
     if (digests == layer->end() || !digests->is_object()) return Status::mismatch(who + "no expert digests");
     for (int e : assigned_experts(&w - workers_.data(), (int) r.n_expert)) {
         const std::string theirs = json_str(*digests, std::to_string(e).c_str());
         if (theirs == "?") return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
-        uint64_t here = expert_identity_digest_of(r.gate_exps, r.up_exps, r.down_exps, e);
+        uint64_t here = expert_identity_digest_of(r.gate_exps, r.up_exps, r.down_exps, r.gate_b, r.up_b, r.down_b, e);
         if (theirs != hex64(here))
             return Status::mismatch(who + "expert " + std::to_string(e) + " weights differ from this host's (another model file?)");
     }

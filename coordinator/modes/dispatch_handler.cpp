@@ -18,13 +18,6 @@ nlohmann::json DispatchHandler::workers_json() const {
     return j;
 }
 
-std::string DispatchHandler::refuses(const MoeRegion & r) const {
-    if (r.up_b || r.gate_b || r.down_b || r.glu_op == GGML_GLU_OP_SWIGLU_OAI)
-        return "expert biases and swiglu_oai (gpt-oss) are computed by moezip here (mode local) but not yet by workers";
-    if (r.weight_before) return "routing weights applied before the FFN (llama4) are computed by moezip here (mode local) but not yet by workers";
-    return "";
-}
-
 void DispatchHandler::gather_inputs(const MoeRegion & r) {
     const int64_t n = r.n_tokens, E = r.n_embd;
     region_gather_routing(r, ids_, weights_);
@@ -81,6 +74,11 @@ MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, R
     h.n_rows = (int32_t) n_rows;
     h.reply = static_cast<uint16_t>(reply);
     h.glu_op = (uint32_t) r.glu_op;
+    h.ffn_flags = region_ffn_flags(r);
+    if (r.glu_op == GGML_GLU_OP_SWIGLU_OAI) {
+        h.glu_alpha = r.glu_alpha;
+        h.glu_limit = r.glu_limit;
+    }
     return h;
 }
 

@@ -46,10 +46,6 @@ public:
     nlohmann::json workers_json() const override;
     std::vector<std::string> take_errors() override { return disp_.take_errors(); }
     void forget_plans(const std::vector<uint64_t> & plans) override { disp_.forget_plans(plans); }
-    /// Forms of the expert FFN that workers are not told about on the wire (they would compute the
-    /// plain form): per-expert biases, swiglu_oai, weights applied before the FFN.
-    std::string refuses(const MoeRegion & r) const override;
-
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
@@ -105,6 +101,7 @@ public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
     /// Repacked experts (CPU_REPACK) interleave the rows of every expert: no n_ff slice of them exists.
+    /// Expert biases (gpt-oss): the down bias belongs to the whole sum, not to each slice's part.
     std::string refuses(const MoeRegion & r) const override;
 
     /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.

@@ -1,5 +1,7 @@
 #include "coordinator/modes/region_handler.h"
 
+#include "coordinator/wire/protocol.h"
+
 namespace moezip {
 
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights) {
@@ -61,6 +63,11 @@ ExpertWeights region_expert_weights(const MoeRegion & r) {
     w.down_b = r.down_b;
     w.weight_before = r.weight_before;
     return w;
+}
+
+uint32_t region_ffn_flags(const MoeRegion & r) {
+    return (r.weight_before ? kFfnWeightBefore : 0u) | (r.gate_b ? kFfnGateBias : 0u) | (r.up_b ? kFfnUpBias : 0u) |
+           (r.down_b ? kFfnDownBias : 0u);
 }
 
 } // namespace moezip

@@ -51,6 +51,10 @@ void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std:
 /// The expert weights of a region as the executor wants them.
 ExpertWeights region_expert_weights(const MoeRegion & r);
 
+/// The FfnFlag bits (coordinator/wire/protocol.h) of r's expert FFN form: weight before the FFN,
+/// and which per-expert biases it adds. Sent with every compute request.
+uint32_t region_ffn_flags(const MoeRegion & r);
+
 /// The memory of the region's own intermediate nodes (up, gate, act, down) for the executor, when
 /// each is dense f32 [n_ff or n_embd, n_used, n_tokens]: computing there touches no new memory
 /// (first-touch is slow on some VMs, ~125 MB/s measured here) and needs none. Any batch of at most

@@ -18,8 +18,10 @@ ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
 } // namespace
 
 std::string ShardHandler::refuses(const MoeRegion & r) const {
-    std::string why = DispatchHandler::refuses(r);
-    if (!why.empty() || !r.repacked) return why;
+    if (r.gate_b || r.up_b || r.down_b)
+        return "shard mode sums partial results over n_ff slices, but these experts have biases (gpt-oss: ADD_ID after "
+               "the down matmul belongs to the whole sum): use rows or experts mode";
+    if (!r.repacked) return "";
     return "shard mode slices every expert's n_ff, but these experts are repacked (CPU_REPACK interleaves their rows): "
            "set no_repack = true, or use experts mode";
 }

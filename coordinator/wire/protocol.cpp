@@ -24,19 +24,29 @@ void msg_header_set_frame(MsgHeader & h, int i, WireType dtype, const void * dat
 }
 
 Status msg_header_parse(const void * data, size_t bytes, MsgHeader & out, ErrorCode & code) {
-    if (bytes != sizeof(MsgHeader)) {
-        code = ErrorCode::bad_frames;
-        return Status::corruption("header frame is " + std::to_string(bytes) + " bytes, expected " + std::to_string(sizeof(MsgHeader)));
+    // magic (4 bytes) and version (2) sit at the same offsets in every version's header
+    uint32_t magic = 0;
+    uint16_t version = 0;
+    // what is readable is kept, so that an error reply can echo request_id (offset 8 in every version)
+    memset(&out, 0, sizeof out);
+    if (bytes == sizeof(MsgHeader)) memcpy(&out, data, sizeof out);  // the host is little-endian x86-64, as the wire
+    else if (bytes >= 16) memcpy(&out.request_id, static_cast<const uint8_t *>(data) + 8, sizeof out.request_id);
+    if (bytes >= 8) {
+        memcpy(&magic, data, sizeof magic);
+        memcpy(&version, static_cast<const uint8_t *>(data) + 4, sizeof version);
     }
-    memcpy(&out, data, sizeof out);  // the host is little-endian x86-64, as the wire
-    if (out.magic != kProtocolMagic) {
+    if (bytes >= 8 && magic != kProtocolMagic) {
         code = ErrorCode::bad_magic;
         return Status::corruption("bad magic (not a moezip message)");
     }
-    if (out.version != kProtocolVersion) {
+    if (bytes >= 8 && version != kProtocolVersion) {
         code = ErrorCode::bad_version;
-        return Status::corruption("protocol version " + std::to_string(out.version) + ", this side speaks " +
+        return Status::corruption("protocol version " + std::to_string(version) + ", this side speaks " +
                                   std::to_string(kProtocolVersion));
+    }
+    if (bytes != sizeof(MsgHeader)) {
+        code = ErrorCode::bad_frames;
+        return Status::corruption("header frame is " + std::to_string(bytes) + " bytes, expected " + std::to_string(sizeof(MsgHeader)));
     }
     if (out.kind < static_cast<uint16_t>(MsgKind::hello) || out.kind > static_cast<uint16_t>(MsgKind::pong)) {
         code = ErrorCode::bad_kind;

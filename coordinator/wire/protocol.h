@@ -1,12 +1,12 @@
-// moezip wire protocol v3 (byte layout and rules: docs/protocol.md).
+// moezip wire protocol v4 (byte layout and rules: docs/protocol.md).
 //
 // Transport: ZeroMQ, coordinator DEALER -> worker ROUTER. Every message is multipart:
-//   frame 0: MsgHeader (136 bytes, little-endian, fixed layout pinned by static_asserts)
+//   frame 0: MsgHeader (152 bytes, little-endian, fixed layout pinned by static_asserts)
 //   frames 1..n_frames: data frames whose byte counts and XXH3-64 hashes the header carries.
 // The receiver recomputes every hash and rejects a message whose header or frames disagree.
 //
 // Kinds and their data frames:
-//   hello       coord -> worker  [0] JSON: {"protocol":3, "ggml_commit", "cpu_variant", "cpu_build_id",
+//   hello       coord -> worker  [0] JSON: {"protocol":4, "ggml_commit", "cpu_variant", "cpu_build_id",
 //                                "plan": what this coordinator will ask of this worker (mode, experts,
 //                                n_ff slice); the worker keeps it per connection and refuses compute
 //                                outside it (bad_plan)}
@@ -36,9 +36,11 @@ constexpr uint32_t kProtocolMagic = 0x505a454du;  // "MEZP" as little-endian byt
 /// v2: the header grew an `instance` field (136 bytes), and a worker refuses a compute request
 /// addressed to another instance (bad_instance). v3: the hello carries the coordinator's plan and a
 /// worker computes only what the plan of the connection allows (bad_plan); per-request budgets
-/// (over_budget) and allocation failures (out_of_memory) are error replies. Older peers are refused
-/// by version.
-constexpr uint16_t kProtocolVersion = 3;
+/// (over_budget) and allocation failures (out_of_memory) are error replies. v4: the header grew the
+/// expert FFN's form (ffn_flags, glu_alpha, glu_limit; 152 bytes) so that workers compute gpt-oss
+/// (expert biases, swiglu_oai) and llama4 (routing weight before the FFN) layers. Older peers are
+/// refused by version (read from the first 8 bytes, whatever the header's size).
+constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDataFrames = 4;
 /// Parts of one message at most: the header and kMaxDataFrames data frames (a ROUTER's identity
 /// frame not counted). Receivers drop the parts beyond it and answer bad_frames.
@@ -47,6 +49,18 @@ constexpr int kMaxMessageParts = 1 + kMaxDataFrames;
 constexpr int32_t kMaxRows = 1 << 20;
 constexpr int32_t kMaxEmbd = 1 << 16;
 constexpr int32_t kMaxUsed = 256;
+
+/// Bits of MsgHeader::ffn_flags: the form of the layer's expert FFN as the engine's graph computes it
+/// (build_moe_ffn in llama.cpp's src/llama-graph.cpp). A worker computes a request only when the bias
+/// bits equal the biases its model file has for the layer (bad_shape otherwise).
+enum FfnFlag : uint32_t {
+    kFfnWeightBefore = 1u << 0,  ///< the routing weight scales each slot's input; the output is not weighted (llama4)
+    kFfnGateBias = 1u << 1,      ///< ADD_ID of blk.N.ffn_gate_exps.bias after the gate matmul (gpt-oss)
+    kFfnUpBias = 1u << 2,        ///< ... ffn_up_exps.bias after the up matmul
+    kFfnDownBias = 1u << 3,      ///< ... ffn_down_exps.bias after the down matmul
+    kFfnBiases = kFfnGateBias | kFfnUpBias | kFfnDownBias,
+    kFfnKnown = kFfnWeightBefore | kFfnBiases,
+};
 
 enum class MsgKind : uint16_t { hello = 1, hello_ok = 2, compute = 3, result = 4, error = 5, ping = 6, pong = 7 };
 enum class ReplyKind : uint16_t { slots = 1, row_sums = 2 };
@@ -71,7 +85,7 @@ enum class ErrorCode : int32_t {
     out_of_memory = 13,   ///< an allocation for the request failed; nothing was computed
 };
 
-/// Frame 0 of every message. 136 bytes, little-endian, no implicit padding.
+/// Frame 0 of every message. 152 bytes, little-endian, no implicit padding.
 struct MsgHeader {
     uint32_t magic;              ///< kProtocolMagic
     uint16_t version;            ///< kProtocolVersion
@@ -99,14 +113,20 @@ struct MsgHeader {
     /// verified (hello and per-layer checks), and a worker refuses one addressed to another instance.
     /// 0 in hello and ping (not addressed to an instance yet).
     uint64_t instance;
+    uint32_t ffn_flags;          ///< compute: FfnFlag bits of the layer's expert FFN; 0 in other kinds
+    float glu_alpha;             ///< compute with glu_op SWIGLU_OAI: its alpha (ggml_swiglu_oai, op_params[2]); else 0
+    float glu_limit;             ///< compute with glu_op SWIGLU_OAI: its clamp limit (op_params[3]); else 0
+    uint32_t reserved;           ///< 0
 };
-static_assert(sizeof(MsgHeader) == 136, "MsgHeader is 136 bytes on the wire");
+static_assert(sizeof(MsgHeader) == 152, "MsgHeader is 152 bytes on the wire");
 static_assert(offsetof(MsgHeader, request_id) == 8, "wire layout");
 static_assert(offsetof(MsgHeader, reply) == 48, "wire layout");
 static_assert(offsetof(MsgHeader, service_us) == 60, "wire layout");
 static_assert(offsetof(MsgHeader, frame_bytes) == 64, "wire layout");
 static_assert(offsetof(MsgHeader, frame_xxh3) == 96, "wire layout");
 static_assert(offsetof(MsgHeader, instance) == 128, "wire layout");
+static_assert(offsetof(MsgHeader, ffn_flags) == 136, "wire layout");
+static_assert(offsetof(MsgHeader, glu_limit) == 144, "wire layout");
 
 /// A header with magic, version and kind set, everything else zero.
 MsgHeader msg_header_make(MsgKind kind);
@@ -114,8 +134,8 @@ MsgHeader msg_header_make(MsgKind kind);
 /// Sets frame i's dtype, byte count and XXH3-64 from its bytes; updates n_frames.
 void msg_header_set_frame(MsgHeader & h, int i, WireType dtype, const void * data, size_t bytes);
 
-/// Checks frame 0 as received (`bytes` = its size) before anything else is read:
-/// size, magic, version, kind known. Errors carry the ErrorCode in `code`.
+/// Checks frame 0 as received (`bytes` = its size) before anything else is read: magic and version
+/// (from the first 8 bytes, so a peer of another version is named as such), size, kind known. Errors carry the ErrorCode in `code`.
 Status msg_header_parse(const void * data, size_t bytes, MsgHeader & out, ErrorCode & code);
 
 /// Checks that `n` data frames were received with the sizes and hashes the header announces.

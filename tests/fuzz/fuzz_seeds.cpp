@@ -1,4 +1,4 @@
-// Writes the seed corpus of the request and reply fuzz targets: real messages of protocol v2 as a
+// Writes the seed corpus of the request and reply fuzz targets: real messages of the protocol as a
 // coordinator and a worker send them, serialized as fuzz inputs (tests/fuzz/fuzz_message.h).
 //   fuzz_seeds OUT_DIR   ->  OUT_DIR/request/*.bin, OUT_DIR/reply/*.bin
 // `make fuzz-seeds` runs it into tests/fuzz/corpus/ (the files are committed).
@@ -31,7 +31,7 @@ std::vector<std::string> message(MsgHeader h, const std::vector<std::pair<WireTy
 
 // A compute request for layer `il` (n_embd 8) of the fuzz targets' described model.
 std::vector<std::string> compute(int il, int32_t n_ff, ReplyKind reply, const std::vector<int32_t> & ids, int n_used,
-                                 const std::vector<int32_t> & slice = {}) {
+                                 const std::vector<int32_t> & slice = {}, bool gpt_oss_form = false) {
     const int n_rows = (int) ids.size() / n_used;
     MsgHeader h = msg_header_make(MsgKind::compute);
     h.request_id = 7;
@@ -43,6 +43,12 @@ std::vector<std::string> compute(int il, int32_t n_ff, ReplyKind reply, const st
     h.n_rows = n_rows;
     h.reply = (uint16_t) reply;
     h.glu_op = GGML_GLU_OP_SWIGLU;
+    if (gpt_oss_form) {  // expert biases and swiglu_oai with gpt-oss's alpha and limit (protocol v4)
+        h.glu_op = GGML_GLU_OP_SWIGLU_OAI;
+        h.glu_alpha = 1.702f;
+        h.glu_limit = 7.0f;
+        h.ffn_flags = kFfnBiases;
+    }
     std::vector<float> hidden((size_t) 8 * n_rows), weights(ids.size());
     for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = 0.25f * (float) i - 1.0f;
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5f;
@@ -92,7 +98,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     const std::string out = argv[1];
-    const std::string hello_json = "{\"protocol\":2,\"ggml_commit\":\"5b4ebc5\",\"cpu_variant\":\"zen4\",\"cpu_build_id\":\"ab\"}";
+    const std::string hello_json = "{\"protocol\":4,\"ggml_commit\":\"5b4ebc5\",\"cpu_variant\":\"zen4\",\"cpu_build_id\":\"ab\"}";
     const std::vector<std::pair<std::string, std::string>> seeds = {
         {"request/compute_slots.bin", fuzz_message_encode(0, compute(0, 64, ReplyKind::slots, {0, 1, 2, -1, 6, 3}, 2))},
         {"request/compute_row_sums.bin", fuzz_message_encode(0, compute(3, 16, ReplyKind::row_sums, {1, 6, 0, 2}, 2))},
@@ -100,6 +106,7 @@ int main(int argc, char ** argv) {
         {"request/compute_fix_frames.bin", fuzz_message_encode(kFuzzFixFrames, compute(0, 64, ReplyKind::slots, {0, -1, 3, 6}, 1))},
         {"request/compute_misaligned.bin",
          fuzz_message_encode(kFuzzFixFrames | kFuzzMisalign, compute(3, 16, ReplyKind::row_sums, {0, 1, 2, 3, 6, 0}, 3, {4, 8}))},
+        {"request/compute_gpt_oss_form.bin", fuzz_message_encode(0, compute(5, 16, ReplyKind::slots, {0, 1, 6, -1}, 2, {}, true))},
         {"request/hello.bin", fuzz_message_encode(0, simple(MsgKind::hello, hello_json, 0))},
         {"request/ping.bin", fuzz_message_encode(0, simple(MsgKind::ping, "", 0))},
         {"reply/result_slots.bin", fuzz_message_encode(0, result(ReplyKind::slots, 2, 3))},
@@ -108,7 +115,7 @@ int main(int argc, char ** argv) {
          fuzz_message_encode(0, simple(MsgKind::error, "expert 5 (row 0, slot 1) is not served here (serving 0-3,6)",
                                        0x1234abcd5678ef01ull, (int32_t) ErrorCode::bad_expert))},
         {"reply/hello_ok.bin",
-         fuzz_message_encode(0, simple(MsgKind::hello_ok, "{\"protocol\":2,\"instance\":\"1234abcd5678ef01\",\"layers\":[]}",
+         fuzz_message_encode(0, simple(MsgKind::hello_ok, "{\"protocol\":4,\"instance\":\"1234abcd5678ef01\",\"layers\":[]}",
                                        0x1234abcd5678ef01ull))},
         {"reply/pong.bin", fuzz_message_encode(kFuzzMisalign, simple(MsgKind::pong, "", 0x1234abcd5678ef01ull))},
     };

@@ -8,21 +8,24 @@
 // 0-2, or shard slice 1 of [0.5, 0.5]) and the per-request budget: an accepted request keeps to
 // both. A hello's JSON is read as a plan (worker_plan_parse), as the server does.
 #include "tests/fuzz/fuzz_message.h"
+#include "ggml.h"  // enum ggml_glu_op (values only)
 #include "tools/moezip-worker/request_check.h"
 #include "tools/moezip-worker/worker_budget.h"
 #include "tools/moezip-worker/worker_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace moezip;
 using moezip_fuzz::fuzz_require;
 
 namespace {
 
-// Two MoE layers of a q8_0-like (block 32) and an f32-like (block 1) model, 8 experts, some served.
+// Three MoE layers of a q8_0-like (block 32) and an f32-like (block 1) model, the last with
+// gpt-oss's expert biases, 8 experts, some served.
 RequestShape fuzz_shape() {
     RequestShape s;
-    s.layers = {{0, 8, 64, 32}, {3, 8, 16, 1}};
+    s.layers = {{0, 8, 64, 32, 0}, {3, 8, 16, 1, 0}, {5, 8, 16, 1, kFfnBiases}};
     s.n_expert = 8;
     s.served = {{0, 3}, {6, 6}};
     s.served_mask = {true, true, true, true, false, false, true, false};
@@ -44,6 +47,11 @@ void require_computable(const RequestShape & shape, const MsgHeader & h, int n, 
     const uint64_t cells = (uint64_t) h.n_used * (uint64_t) h.n_rows;
     fuzz_require(sizes[0] == (uint64_t) h.n_embd * h.n_rows * 4 && sizes[1] == cells * 4 && sizes[2] == cells * 4, "frame sizes");
     fuzz_require(h.reply == (uint16_t) ReplyKind::slots || h.reply == (uint16_t) ReplyKind::row_sums, "reply kind");
+    fuzz_require((h.ffn_flags & ~(uint32_t) kFfnKnown) == 0 && (h.ffn_flags & kFfnBiases) == l->biases, "ffn form",
+                 std::to_string(h.ffn_flags));
+    fuzz_require(h.glu_op == GGML_GLU_OP_SWIGLU_OAI ? std::isfinite(h.glu_alpha) && std::isfinite(h.glu_limit)
+                                                    : h.glu_alpha == 0 && h.glu_limit == 0, "glu parameters");
+    fuzz_require(n == 3 || l->biases == 0, "no n_ff slice of experts with biases");
     int64_t pairs = 0;
     for (uint64_t i = 0; i < cells; ++i) {
         const int32_t id = read_i32(frames[1], (int64_t) i);

@@ -3,7 +3,7 @@
 // keys and threat model: docs/security.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
-//                 [--threads N] [--mmap] [--engine DIR] [--config F.toml]
+//                 [--threads N] [--mmap | --repack] [--engine DIR] [--config F.toml]
 //                 [--key DIR/moezip.key --allow COORDINATORS.pub ... | --insecure]
 //                 [--max-rows N] [--max-slots N] [--max-in-mib N] [--max-out-mib N] [--max-scratch-mib N]
 //   moezip-worker --keygen DIR      writes DIR/moezip.key (mode 0600) and DIR/moezip.pub, then exits
@@ -43,6 +43,7 @@ struct WorkerSettings {
     std::vector<moezip::ExpertRange> experts;  ///< empty = all
     int threads = 1;
     bool use_mmap = false;
+    bool repack = false;             ///< served experts in the CPU backend's CPU_REPACK layout, as the engine loads them
     std::string key;                 ///< key file; "" = plain
     std::vector<std::string> allow;  ///< public-key files of admitted coordinators
     bool insecure = false;
@@ -84,6 +85,7 @@ void settings_from_config(const moezip::WorkerServerConfig & ws, WorkerSettings 
     s.experts = ws.experts;
     s.threads = ws.threads;
     s.use_mmap = ws.mmap;
+    s.repack = ws.repack;
     s.key = ws.key;
     s.allow = ws.allow;
     s.insecure = ws.insecure;
@@ -134,12 +136,14 @@ int main(int argc, char ** argv) {
     std::vector<std::string> allow;
     int threads = 1, handshake_ms = 5000;
     int64_t max_rows = 0, max_slots = 0, max_in = 0, max_out = 0, max_scratch = 0;
-    bool use_mmap = false, insecure = false;
+    bool use_mmap = false, insecure = false, repack = false;
     app.add_option("--model", model, "GGUF model file (or [worker_server] model)");
     app.add_option("--bind", bind, "endpoint to bind: tcp://127.0.0.1:5601 (default), tcp://127.0.0.1:* (any free port), ipc:///path");
     app.add_option("--experts", experts_text, "experts to serve, e.g. 0-63,96-127 (default: all)");
     app.add_option("--threads", threads, "compute threads (default 1)")->check(CLI::Range(1, 256));
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
+    app.add_flag("--repack", repack, "hold the served experts in the CPU backend's repacked layout (CPU_REPACK), as llama.cpp "
+                                     "loads Q4_0/Q4_K/IQ4_NL weights by default: for hosts that do not run with --no-repack");
     app.add_option("--engine", engine_dir, "the host's llama.cpp: its lib folder, CMake build folder or node-llama-cpp install "
                                            "(default: the engine moezip was built for)");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
@@ -173,6 +177,7 @@ int main(int argc, char ** argv) {
     if (app.count("--bind")) s.bind = bind;
     if (app.count("--threads")) s.threads = threads;
     if (app.count("--mmap")) s.use_mmap = use_mmap;
+    if (app.count("--repack")) s.repack = repack;
     if (app.count("--key")) s.key = key;
     if (app.count("--allow")) s.allow = allow;
     if (app.count("--insecure")) s.insecure = insecure;
@@ -207,7 +212,7 @@ int main(int argc, char ** argv) {
     st = moezip::worker_engine_load(engine, engine_dir);
     if (!st) return fail(1, st.message());
     moezip::WorkerModel weights;
-    st = weights.load({s.model, s.experts, s.use_mmap}, engine.read_api());
+    st = weights.load({s.model, s.experts, s.use_mmap, s.repack ? &engine.repack : nullptr}, engine.read_api());
     if (!st) return fail(1, st.message());
 
     moezip::worker_install_signal_handlers();
@@ -219,7 +224,7 @@ int main(int argc, char ** argv) {
                "%s%s; %s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
-               s.use_mmap ? "mapped from the file (resident once read)" : "read into memory", engine.cpu_variant.c_str(),
+               s.use_mmap ? "mapped from the file (resident once read)" : s.repack ? "repacked where the engine repacks" : "read into memory", engine.cpu_variant.c_str(),
                moezip::hex64(opt.instance).c_str(), opt.key.public_key.empty() ? "plain" : "curve ",
                opt.key.public_key.c_str(), files_text(weights).c_str());
         fprintf(stderr, "moezip-worker: per-request budget %s; %zu coordinator key%s admitted; descriptor limit %ld\n",

@@ -2,6 +2,7 @@
 
 #include "ggml.h"  // enum ggml_glu_op (values only)
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -12,14 +13,45 @@ namespace {
 bool glu_op_supported(uint32_t op) {
     switch (op) {
         case GGML_GLU_OP_SWIGLU: case GGML_GLU_OP_GEGLU: case GGML_GLU_OP_REGLU:
-        case GGML_GLU_OP_GEGLU_ERF: case GGML_GLU_OP_GEGLU_QUICK: return true;
-        default: return false;  // swiglu_oai / swiglu_clamp take parameters the protocol does not carry
+        case GGML_GLU_OP_GEGLU_ERF: case GGML_GLU_OP_GEGLU_QUICK: case GGML_GLU_OP_SWIGLU_OAI: return true;
+        default: return false;
     }
 }
 
 Status fail(ErrorCode & code, ErrorCode c, std::string message) {
     code = c;
     return Status::invalid_argument(std::move(message));
+}
+
+std::string bias_names(uint32_t flags) {
+    std::string s;
+    for (auto f : {std::make_pair(kFfnGateBias, "gate"), std::make_pair(kFfnUpBias, "up"), std::make_pair(kFfnDownBias, "down")})
+        if (flags & f.first) s += std::string(s.empty() ? "" : ", ") + f.second;
+    return s.empty() ? "none" : s;
+}
+
+// The FFN's form: the glu parameters and ffn_flags against the layer's biases.
+Status check_ffn_form(const RequestShape::Layer & l, const MsgHeader & h, ErrorCode & code) {
+    if (h.glu_op == GGML_GLU_OP_SWIGLU_OAI) {
+        if (!std::isfinite(h.glu_alpha) || !std::isfinite(h.glu_limit))
+            return fail(code, ErrorCode::bad_shape, "swiglu_oai alpha " + std::to_string(h.glu_alpha) + ", limit " +
+                                                        std::to_string(h.glu_limit) + " are not finite");
+    } else if (h.glu_alpha != 0 || h.glu_limit != 0) {
+        return fail(code, ErrorCode::bad_shape, "glu_alpha and glu_limit are only for swiglu_oai (glu_op " +
+                                                    std::to_string(GGML_GLU_OP_SWIGLU_OAI) + "), glu_op is " + std::to_string(h.glu_op));
+    }
+    if ((h.ffn_flags & ~(uint32_t) kFfnKnown) != 0)
+        return fail(code, ErrorCode::bad_shape, "ffn_flags " + std::to_string(h.ffn_flags) + " has unknown bits (known: " +
+                                                    std::to_string((uint32_t) kFfnKnown) + ")");
+    if ((h.ffn_flags & kFfnBiases) != l.biases)
+        return fail(code, ErrorCode::bad_shape, "expert biases of the request (" + bias_names(h.ffn_flags & kFfnBiases) +
+                                                    ") differ from layer " + std::to_string(l.il) + "'s in this model (" +
+                                                    bias_names(l.biases) + ")");
+    if (h.n_frames == 4 && l.biases != 0)
+        return fail(code, ErrorCode::bad_shape, "an n_ff slice of experts with biases is not computed (layer " + std::to_string(l.il) +
+                                                    " has " + bias_names(l.biases) + " biases)");
+    if (h.reserved != 0) return fail(code, ErrorCode::bad_shape, "reserved header field is " + std::to_string(h.reserved) + ", must be 0");
+    return Status::ok();
 }
 
 Status check_header(const RequestShape & shape, const MsgHeader & h, ErrorCode & code) {
@@ -51,7 +83,9 @@ Status check_header(const RequestShape & shape, const MsgHeader & h, ErrorCode &
         return fail(code, ErrorCode::bad_kind, "reply kind " + std::to_string(h.reply) + " unknown (1 = slots, 2 = row_sums)");
     if (!glu_op_supported(h.glu_op))
         return fail(code, ErrorCode::bad_kind, "glu_op " + std::to_string(h.glu_op) +
-                                                   " not supported (swiglu, geglu, reglu, geglu_erf, geglu_quick)");
+                                                   " not supported (swiglu, geglu, reglu, geglu_erf, geglu_quick, swiglu_oai)");
+    Status form = check_ffn_form(*l, h, code);
+    if (!form) return form;
     const uint64_t want_bytes[3] = {(uint64_t) h.n_embd * h.n_rows * 4, (uint64_t) h.n_used * h.n_rows * 4,
                                     (uint64_t) h.n_used * h.n_rows * 4};
     const char * names[3] = {"hidden", "ids", "weights"};

@@ -21,6 +21,7 @@ struct RequestShape {
         int64_t n_embd = 0;      ///< hidden size
         int64_t n_ff = 0;        ///< expert FFN size
         int64_t ff_block = 1;    ///< ggml_blck_size of the down weights' type: n_ff slices are whole blocks
+        uint32_t biases = 0;     ///< FfnFlag bias bits of the expert biases the model has for this layer
     };
     std::vector<Layer> layers;           ///< the MoE layers
     int64_t n_expert = 0;                ///< experts per layer
@@ -37,7 +38,9 @@ struct RequestShape {
 /// count (3, or 4 with an n_ff slice: 8 bytes, reply row_sums, whole blocks inside n_ff), dtypes
 /// (f32, i32, f32[, i32]), layer (a MoE layer of `shape`), n_embd and n_ff (the layer's),
 /// 0 <= n_rows <= kMaxRows, 1 <= n_used <= kMaxUsed, reply kind, glu_op (SWIGLU, GEGLU, REGLU,
-/// GEGLU_ERF, GEGLU_QUICK), frame sizes against the dims, received frames against the header
+/// GEGLU_ERF, GEGLU_QUICK, SWIGLU_OAI with finite alpha and limit, others' alpha and limit 0),
+/// ffn_flags (known bits; the bias bits equal the layer's biases; no n_ff slice with biases),
+/// frame sizes against the dims, received frames against the header
 /// (sizes, XXH3-64), every id in [-1, n_expert) and every id >= 0 served here. `frames`/`sizes` are
 /// the n received data frames (any alignment). On error `code` is the reply's ErrorCode
 /// (bad_frames, bad_hash, bad_layer, bad_shape, bad_kind, bad_expert) and the message names the field.

@@ -15,7 +15,7 @@ int64_t compute_count_pairs(const int32_t * ids, int64_t n) {
 RequestShape WorkerCompute::request_shape_of(const WorkerModel & model, const GgmlApi & api) {
     RequestShape shape;
     for (const WorkerLayer & l : model.layers())
-        shape.layers.push_back({l.il, l.n_embd, l.n_ff, (int64_t) api.ggml_blck_size(l.down_exps->type)});
+        shape.layers.push_back({l.il, l.n_embd, l.n_ff, (int64_t) api.ggml_blck_size(l.down_exps->type), l.bias_flags()});
     shape.n_expert = model.n_expert();
     shape.served = model.served();
     shape.served_mask.assign((size_t) std::max<int64_t>(model.n_expert(), 0), false);
@@ -93,11 +93,17 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         slots_.resize((size_t) (n_embd * n_pairs));
         slots = slots_.data();
     }
-    ExpertWeights w;
-    w.gate_exps = l->gate_exps;
-    w.up_exps = l->up_exps;
-    w.down_exps = l->down_exps;
+    ExpertWeights w = l->weights;  // the model's tensors, or the served experts' copies (--repack)
     w.glu_op = static_cast<ggml_glu_op>(h.glu_op);
+    w.glu_alpha = h.glu_alpha;
+    w.glu_limit = h.glu_limit;
+    w.weight_before = (h.ffn_flags & kFfnWeightBefore) != 0;
+    // request_check: the request's bias bits are the layer's, so w's biases are the ones asked for
+    if (!l->local_of.empty()) {  // served-experts tensors: expert ids to their index there
+        ids_local_.resize((size_t) (n_used * n_rows));
+        for (size_t i = 0; i < ids_local_.size(); ++i) ids_local_[i] = ids[i] < 0 ? -1 : l->local_of[(size_t) ids[i]];
+        ids = ids_local_.data();
+    }
     if (h.n_frames == 4) request_slice_of(frames[3], w.ff_first, w.ff_count);  // shard mode: a partial sum over this slice
     Status st = Status::ok();
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
@@ -127,6 +133,9 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     reply.n_pairs = (int32_t) n_pairs;
     reply.reply = h.reply;
     reply.glu_op = h.glu_op;
+    reply.ffn_flags = h.ffn_flags;
+    reply.glu_alpha = h.glu_alpha;
+    reply.glu_limit = h.glu_limit;
     msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());
     return Status::ok();
 }
@@ -156,10 +165,11 @@ void WorkerCompute::trim(size_t keep_bytes) {
     release_if_larger(pair_hidden_, keep_bytes);
     release_if_larger(pair_weights_, keep_bytes);
     release_if_larger(pair_ids_, keep_bytes);
+    release_if_larger(ids_local_, keep_bytes);
     for (auto & a : align_) release_if_larger(a, keep_bytes);
     exec_.trim(keep_bytes);
     size_t kept = (slots_.capacity() + pair_hidden_.capacity() + pair_weights_.capacity()) * sizeof(float) +
-                  pair_ids_.capacity() * sizeof(int32_t) + exec_.scratch_bytes();
+                  (pair_ids_.capacity() + ids_local_.capacity()) * sizeof(int32_t) + exec_.scratch_bytes();
     for (auto & a : align_) kept += a.capacity();
     if (kept > keep_bytes && keep_bytes > 0) trim(0);  // what is left must fit in keep_bytes as a whole
 }

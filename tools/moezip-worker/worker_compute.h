@@ -68,6 +68,7 @@ private:
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums
     std::vector<float> pair_hidden_, pair_weights_;   // gathered rows for the (row, slot) pair path
     std::vector<int32_t> pair_ids_;
+    std::vector<int32_t> ids_local_;                  // ids mapped through WorkerLayer::local_of (--repack)
     std::vector<uint8_t> align_[3];                   // copies of misaligned received frames
 };
 

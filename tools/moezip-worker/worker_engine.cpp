@@ -81,7 +81,7 @@ Status bind_split_names(WorkerEngine & out) {
 }
 
 // The CPU backend as the engine loads it; the object holding the registered "CPU" backend.
-Status load_cpu(WorkerEngine & out, void * ggml) {
+Status load_cpu(WorkerEngine & out, void * base, void * ggml) {
     auto load_all = reinterpret_cast<LoadAllFn>(dlsym(ggml, "ggml_backend_load_all_from_path"));
     auto reg_by_name = reinterpret_cast<RegByNameFn>(dlsym(ggml, "ggml_backend_reg_by_name"));
     if (load_all == nullptr || reg_by_name == nullptr)
@@ -101,7 +101,7 @@ Status load_cpu(WorkerEngine & out, void * ggml) {
     out.cpu_path = cpus[0];
     out.cpu_variant = cpu_library_name(cpus[0]);
     out.cpu_build_id = loaded_object_build_id(cpus[0]);
-    return Status::ok();
+    return worker_repack_bind(base, reg, out.api, out.repack);
 }
 
 } // namespace
@@ -128,7 +128,7 @@ Status worker_engine_load(WorkerEngine & out, const std::string & engine) {
     if (!st) return st;
     out.ggml_version = out.api.ggml_version();
     out.ggml_commit = out.api.ggml_commit();
-    st = load_cpu(out, ggml);
+    st = load_cpu(out, base, ggml);
     if (!st) return st;
     return bind_split_names(out);
 }

@@ -17,6 +17,7 @@
 #include "coordinator/base/status.h"
 #include "preload/engine_api.h"
 #include "tools/moezip-worker/gguf_parts.h"
+#include "tools/moezip-worker/worker_repack.h"
 
 #include <string>
 
@@ -33,6 +34,7 @@ struct WorkerEngine {
     std::string cpu_build_id;  ///< its GNU build-id, lowercase hex
     decltype(&::llama_split_prefix) llama_split_prefix = nullptr;  ///< from the engine's libllama
     decltype(&::llama_split_path) llama_split_path = nullptr;
+    WorkerRepackApi repack;    ///< the CPU backend's CPU_REPACK buffer type (buft null: none) and what places tensors in it
 
     /// What the model's files are read with (valid while this object lives).
     GgufReadApi read_api() const { return {&api, llama_split_prefix, llama_split_path}; }

@@ -20,13 +20,17 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
     for (const WorkerLayer & l : model.layers()) {
         nlohmann::json digests = nlohmann::json::object();
         for (const auto & kv : l.digests) digests[std::to_string(kv.first)] = hex64(kv.second);
+        nlohmann::json biases = nlohmann::json::array();  // the digests cover their columns too
+        for (const ggml_tensor * b : {l.gate_b, l.up_b, l.down_b})
+            if (b) biases.push_back(b->name);
         layers.push_back({{"il", l.il},
                           {"n_embd", l.n_embd},
                           {"n_ff", l.n_ff},
                           {"n_expert", l.n_expert},
-                          {"layout", "gguf"},
+                          {"layout", l.repacked ? "repacked" : "gguf"},
                           {"tensors", {tensor_json(engine.api, l.gate_exps), tensor_json(engine.api, l.up_exps),
                                       tensor_json(engine.api, l.down_exps)}},
+                          {"biases", biases},
                           {"digests", digests}});
     }
     nlohmann::json j = {{"protocol", kProtocolVersion},

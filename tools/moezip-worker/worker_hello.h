@@ -1,5 +1,5 @@
 // moezip-worker: the hello_ok JSON, the worker's identity (coordinator/wire/protocol.h):
-//   {"protocol": 3, "instance": "<16 hex digits>", "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
+//   {"protocol": 4, "instance": "<16 hex digits>", "ggml_version", "ggml_commit", "cpu_variant", "cpu_build_id",
 //    "experts": "<ranges served>", "n_expert": E, "budget": "<per-request limits, worker_budget.h>",
 //    "layers": [{"il", "n_embd", "n_ff", "n_expert",
 //                "tensors": [{"name", "type", "ne": [a, b, c]} for gate, up, down],

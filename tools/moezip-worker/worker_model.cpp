@@ -1,5 +1,6 @@
 #include "tools/moezip-worker/worker_model.h"
 
+#include "coordinator/wire/protocol.h"
 #include "provider_map/expert_digest.h"
 
 #include <algorithm>
@@ -15,9 +16,10 @@ namespace moezip {
 
 namespace {
 
-// The three tensors of one layer (tensor nullptr = absent).
+// The expert tensors of one layer (tensor nullptr = absent).
 struct LayerIds {
     GgufTensorLoc gate, up, down;
+    GgufTensorLoc gate_b, up_b, down_b;
 };
 
 std::string shape_text(const ggml_tensor * t) {
@@ -44,6 +46,8 @@ bool split_block_name(const char * name, int & il, std::string & suffix) {
 
 WorkerModel::~WorkerModel() {
     for (auto & m : maps_) munmap(m.first, m.second);
+    for (ggml_backend_buffer_t b : repack_buffers_) repack_->buffer_free(b);
+    if (ctx_ != nullptr) api_->ggml_free(ctx_);
 }
 
 Status WorkerModel::find_layers() {
@@ -56,12 +60,15 @@ Status WorkerModel::find_layers() {
         if (suffix == "ffn_gate_exps.weight") found[il].gate = t;
         else if (suffix == "ffn_up_exps.weight") found[il].up = t;
         else if (suffix == "ffn_down_exps.weight") found[il].down = t;
+        else if (suffix == "ffn_gate_exps.bias") found[il].gate_b = t;
+        else if (suffix == "ffn_up_exps.bias") found[il].up_b = t;
+        else if (suffix == "ffn_down_exps.bias") found[il].down_b = t;
         else if (suffix == "ffn_gate_up_exps.weight")
             return Status::unsupported("model " + path_ + ": " + name + " is a fused gate+up expert tensor; moezip-worker "
                                        "needs separate ffn_gate_exps and ffn_up_exps");
         else
             return Status::unsupported("model " + path_ + ": expert tensor " + name +
-                                       " (biases or another expert layout) is not supported by moezip-worker");
+                                       " (another expert layout) is not supported by moezip-worker");
     }
     for (const auto & kv : found) {
         const std::string blk = "model " + path_ + ": blk." + std::to_string(kv.first);
@@ -75,7 +82,11 @@ Status WorkerModel::find_layers() {
         l.gate_exps = ids.gate.tensor;
         l.up_exps = ids.up.tensor;
         l.down_exps = ids.down.tensor;
-        for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down}) locs_[t->tensor] = *t;
+        l.gate_b = ids.gate_b.tensor;
+        l.up_b = ids.up_b.tensor;
+        l.down_b = ids.down_b.tensor;
+        for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down, &ids.gate_b, &ids.up_b, &ids.down_b})
+            if (t->tensor) locs_[t->tensor] = *t;
         Status st = check_layer(l);
         if (!st) return st;
         layers_.push_back(l);
@@ -104,7 +115,22 @@ Status WorkerModel::check_layer(WorkerLayer & l) {
         if (t->nb[2] * (size_t) t->ne[2] != api_->ggml_nbytes(t))
             return Status::invalid_argument(where + t->name + " is not densely laid out");
     }
+    // biases as build_moe_ffn adds them (ggml_add_id): f32, one column per expert
+    const ggml_tensor * biases[3] = {l.gate_b, l.up_b, l.down_b};
+    const int64_t rows[3] = {l.n_ff, l.n_ff, l.n_embd};
+    for (int i = 0; i < 3; ++i) {
+        const ggml_tensor * b = biases[i];
+        if (b == nullptr) continue;
+        if (b->type != GGML_TYPE_F32 || !shape_is(b, rows[i], l.n_expert, 1))
+            return Status::invalid_argument(where + b->name + " is " + api_->ggml_type_name(b->type) + " " + shape_text(b) +
+                                            ", expected f32 [" + std::to_string(rows[i]) + ", " + std::to_string(l.n_expert) +
+                                            ", 1, 1] (one bias column per expert)");
+    }
     return Status::ok();
+}
+
+uint32_t WorkerLayer::bias_flags() const {
+    return (gate_b ? kFfnGateBias : 0u) | (up_b ? kFfnUpBias : 0u) | (down_b ? kFfnDownBias : 0u);
 }
 
 const WorkerLayer * WorkerModel::layer(int il) const {
@@ -135,6 +161,8 @@ Status WorkerModel::place_mmap() {
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})  // small: read whole when first used
+            if (t) t->data = bases[(size_t) loc(t).part] + loc(t).offset;
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
             uint8_t * base = bases[(size_t) loc(t).part];
             const uint64_t off = loc(t).offset;
@@ -149,20 +177,25 @@ Status WorkerModel::place_mmap() {
     return Status::ok();
 }
 
-Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
+Status WorkerModel::read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) {
     const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
     const uint64_t off = loc(t).offset;
+    uint64_t done = 0;
+    while (done < want) {
+        ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
+                                    (n < 0 ? strerror(errno) : "unexpected end of file"));
+        done += (uint64_t) n;
+    }
+    return Status::ok();
+}
+
+Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
     for (const ExpertRange & r : served_) {
-        uint64_t done = 0, want = (uint64_t) (r.last - r.first + 1) * t->nb[2];
-        const uint64_t start = (uint64_t) r.first * t->nb[2];
-        while (done < want) {
-            ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0)
-                return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
-                                        (n < 0 ? strerror(errno) : "unexpected end of file"));
-            done += (uint64_t) n;
-        }
+        Status st = read_range(t, base, (uint64_t) r.first * t->nb[2], (uint64_t) (r.last - r.first + 1) * t->nb[2]);
+        if (!st) return st;
     }
     return Status::ok();
 }
@@ -180,15 +213,107 @@ Status WorkerModel::place_anonymous() {
             Status st = read_slices(t, static_cast<uint8_t *>(p));
             if (!st) return st;
         }
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {
+            if (t == nullptr) continue;
+            const size_t bytes = api_->ggml_nbytes(t);
+            void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
+            maps_.emplace_back(p, bytes);
+            t->data = p;
+            Status st = read_range(t, static_cast<uint8_t *>(p), 0, bytes);
+            if (!st) return st;
+        }
     }
     return Status::ok();
 }
 
 void WorkerModel::compute_digests() {
-    for (WorkerLayer & l : layers_)
+    for (WorkerLayer & l : layers_) {
+        const ExpertWeights & w = l.weights;
         for (const ExpertRange & r : served_)
             for (int e = r.first; e <= r.last; ++e)
-                l.digests[e] = expert_identity_digest_of(l.gate_exps, l.up_exps, l.down_exps, e);
+                l.digests[e] = expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
+                                                         l.local_of.empty() ? e : l.local_of[(size_t) e]);
+    }
+}
+
+// A no_alloc tensor like src with only the served experts (its last dimension n_served: ne[2] of
+// expert weights, ne[1] of biases) and its content in GGUF layout: src's served slices in expert order.
+ggml_tensor * WorkerModel::served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes) {
+    ggml_tensor * t = bias ? api_->ggml_new_tensor_2d(ctx_, src->type, src->ne[0], n_served)
+                           : api_->ggml_new_tensor_3d(ctx_, src->type, src->ne[0], src->ne[1], n_served);
+    api_->ggml_set_name(t, src->name);
+    const size_t slice = bias ? src->nb[1] : src->nb[2];
+    bytes.resize(slice * (size_t) n_served);
+    size_t at = 0;
+    for (int64_t e = 0; e < n_expert_; ++e) {
+        if (!served_mask_[(size_t) e]) continue;
+        memcpy(bytes.data() + at, static_cast<const uint8_t *>(src->data) + (size_t) e * slice, slice);
+        at += slice;
+    }
+    return t;
+}
+
+Status WorkerModel::place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes) {
+    void * p = mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Status::io_error("reserving " + std::to_string(bytes.size()) + " bytes for " + t->name + ": " + strerror(errno));
+    maps_.emplace_back(p, bytes.size());
+    memcpy(p, bytes.data(), bytes.size());
+    t->data = p;
+    return Status::ok();
+}
+
+// Unmaps the anonymous reservation of src (its served slices were copied).
+void WorkerModel::release_source(ggml_tensor * src) {
+    for (size_t i = 0; i < maps_.size(); ++i)
+        if (maps_[i].first == src->data) {
+            munmap(maps_[i].first, maps_[i].second);
+            maps_.erase(maps_.begin() + (long) i);
+            break;
+        }
+    src->data = nullptr;
+}
+
+Status WorkerModel::repack_layers(const WorkerRepackApi & rp) {
+    repack_ = &rp;
+    const int64_t n_served = expert_ranges_count(served_);
+    std::vector<int32_t> local_of((size_t) n_expert_, -1);
+    int32_t next = 0;
+    for (int64_t e = 0; e < n_expert_; ++e)
+        if (served_mask_[(size_t) e]) local_of[(size_t) e] = next++;
+    const size_t n_tensors = layers_.size() * 6;
+    ggml_init_params ip = {n_tensors * api_->ggml_tensor_overhead(), nullptr, /*no_alloc =*/ true};
+    ctx_ = api_->ggml_init(ip);
+    if (ctx_ == nullptr) return Status::io_error("ggml_init failed");
+    std::vector<uint8_t> bytes;
+    for (WorkerLayer & l : layers_) {
+        ggml_tensor * local[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+        ggml_tensor * const src[6] = {l.gate_exps, l.up_exps, l.down_exps, l.gate_b, l.up_b, l.down_b};
+        for (int i = 0; i < 6; ++i) {
+            if (src[i] == nullptr) continue;
+            local[i] = served_copy(src[i], /*bias =*/ i >= 3, n_served, bytes);
+            RepackedTensor rt;
+            Status st = i < 3 ? worker_repack_tensor(rp, local[i], bytes.data(), bytes.size(), rt) : Status::ok();  // biases: plain f32
+            if (!st) return st;
+            if (rt.repacked) {
+                repack_buffers_.push_back(rt.buffer);
+                l.repacked = true;
+            } else {
+                st = place_plain(local[i], bytes);
+                if (!st) return st;
+            }
+            release_source(src[i]);
+        }
+        l.weights.gate_exps = local[0];
+        l.weights.up_exps = local[1];
+        l.weights.down_exps = local[2];
+        l.weights.gate_b = local[3];
+        l.weights.up_b = local[4];
+        l.weights.down_b = local[5];
+        l.local_of = local_of;
+    }
+    return Status::ok();
 }
 
 Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api) {
@@ -209,8 +334,28 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     for (const WorkerLayer & l : layers_)
         for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps})
             served_bytes_ += (uint64_t) expert_ranges_count(served_) * t->nb[2];
+    for (const WorkerLayer & l : layers_)
+        for (const ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})
+            if (t) served_bytes_ += api_->ggml_nbytes(t);
+    if (opt.repack != nullptr && opt.use_mmap)
+        return Status::invalid_argument("--repack copies the served experts into the CPU backend's layout: --mmap does not apply");
+    if (opt.repack != nullptr && opt.repack->buft == nullptr)
+        return Status::unsupported("--repack: this engine's CPU backend has no CPU_REPACK buffer type (no repacked kernels "
+                                   "for this CPU or build), so its host does not repack either");
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     if (!st) return st;
+    for (WorkerLayer & l : layers_) {
+        l.weights.gate_exps = l.gate_exps;
+        l.weights.up_exps = l.up_exps;
+        l.weights.down_exps = l.down_exps;
+        l.weights.gate_b = l.gate_b;
+        l.weights.up_b = l.up_b;
+        l.weights.down_b = l.down_b;
+    }
+    if (opt.repack != nullptr) {
+        st = repack_layers(*opt.repack);
+        if (!st) return st;
+    }
     compute_digests();
     return Status::ok();
 }

@@ -7,20 +7,29 @@
 //   blk.N.ffn_gate_exps.weight  [n_embd, n_ff, n_expert]
 //   blk.N.ffn_up_exps.weight    [n_embd, n_ff, n_expert]
 //   blk.N.ffn_down_exps.weight  [n_ff, n_embd, n_expert]
-// Other expert layouts (fused ffn_gate_up_exps, expert biases, up without gate) are refused with a
-// message naming the tensor: they need other compute than MoeExecutor's.
+// and, where the arch has them (gpt-oss: LLM_ARCH_OPENAI_MOE in src/llama-model.cpp), per-expert biases
+//   blk.N.ffn_gate_exps.bias    f32 [n_ff, n_expert]
+//   blk.N.ffn_up_exps.bias      f32 [n_ff, n_expert]
+//   blk.N.ffn_down_exps.bias    f32 [n_embd, n_expert]
+// which are small and read whole. Other expert layouts (fused ffn_gate_up_exps, up without gate,
+// biases of another type or shape) are refused with a message naming the tensor.
 //
 // Memory: expert e of a tensor is bytes [e*nb[2], (e+1)*nb[2]) (GGUF layout, ggml.h). Default:
 // each tensor gets an anonymous reservation of its full size (MAP_NORESERVE, MADV_HUGEPAGE) and
 // only the served experts' slices are pread into it, so other experts' pages are never touched and
 // never become resident (with transparent huge pages, residency is rounded to 2 MiB at the edges
 // of served ranges). With `use_mmap` the file is mapped read-only instead and the tensors point
-// into the mapping; again only served slices are ever read.
+// into the mapping; again only served slices are ever read. With `repack` (worker_repack.h) every
+// expert tensor is copied into a tensor of only the served experts, [.., n_served], placed in the
+// CPU backend's CPU_REPACK buffer when the engine repacks that type (plain memory otherwise), and the
+// file's slices are released: WorkerLayer::weights and local_of then say what compute uses.
 #pragma once
 
+#include "coordinator/compute/moe_exec.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
 #include "tools/moezip-worker/gguf_parts.h"
+#include "tools/moezip-worker/worker_repack.h"
 
 #include "ggml.h"
 #include "gguf.h"
@@ -41,7 +50,17 @@ struct WorkerLayer {
     ggml_tensor * gate_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;       ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;     ///< [n_ff, n_embd, n_expert]
-    std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(...)
+    /// Per-expert biases (gpt-oss), f32 [n_ff, n_expert] x2 and [n_embd, n_expert]; null when absent.
+    ggml_tensor * gate_b = nullptr, * up_b = nullptr, * down_b = nullptr;
+    std::map<int, uint64_t> digests;       ///< served expert -> expert_identity_digest_of(weights..., biases, its index)
+    /// What compute uses (MoeExecutor's view; glu fields unset): the tensors above, or with repack
+    /// copies that hold only the served experts, [.., n_served], indexed through local_of.
+    ExpertWeights weights;
+    std::vector<int32_t> local_of;         ///< [n_expert]: expert -> index in weights' tensors (-1: not served); empty: the same
+    bool repacked = false;                 ///< an expert tensor of the layer is in the CPU_REPACK layout (hello_ok "layout")
+
+    /// The FfnFlag bias bits (coordinator/wire/protocol.h) of the biases present.
+    uint32_t bias_flags() const;
 };
 
 /// One file of the model and the MoE layers whose expert tensors it holds.
@@ -55,6 +74,9 @@ struct WorkerModelOptions {
     std::string path;                  ///< GGUF file, or the first part of a split model
     std::vector<ExpertRange> experts;  ///< experts to serve; empty = all
     bool use_mmap = false;             ///< map the file instead of reading into anonymous memory
+    /// Non-null: place the served experts as the engine does on this CPU (CPU_REPACK where it
+    /// repacks); needs use_mmap false and api->buft non-null.
+    const WorkerRepackApi * repack = nullptr;
 };
 
 class WorkerModel {
@@ -67,7 +89,9 @@ public:
     /// Reads the metadata of every file, finds the MoE layers and loads the served experts. Errors:
     /// io_error (open/read/map failed, a split part missing, file shorter than its tensors),
     /// invalid_argument (not a GGUF, a split model's later part, no MoE layer, shapes disagree,
-    /// experts outside [0, n_expert)), unsupported (fused or biased expert tensors). Every message
+    /// experts outside [0, n_expert), biases not f32 [n_ff or n_embd, n_expert], repack with use_mmap),
+    /// unsupported (a fused gate+up tensor, another expert tensor, repack without a CPU_REPACK buffer
+    /// type). Every message
     /// names the file and, where one is at fault, the tensor. Files are read through `api` (the
     /// engine bound at run time), which must outlive this object.
     Status load(const WorkerModelOptions & opt, const GgufReadApi & api);
@@ -90,6 +114,11 @@ private:
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
+    Status read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes);
+    Status repack_layers(const WorkerRepackApi & rp);
+    ggml_tensor * served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes);
+    Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);
+    void release_source(ggml_tensor * src);
     void compute_digests();
 
     const GgufTensorLoc & loc(const ggml_tensor * t) const { return locs_.at(t); }
@@ -104,6 +133,9 @@ private:
     std::vector<bool> served_mask_;
     uint64_t served_bytes_ = 0;
     std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own
+    ggml_context * ctx_ = nullptr;                 // repack: metadata of the served-experts tensors
+    const WorkerRepackApi * repack_ = nullptr;
+    std::vector<ggml_backend_buffer_t> repack_buffers_;
 };
 
 } // namespace moezip
