@@ -255,6 +255,10 @@ void write_report(Session & s, bool complete) {
         j = evidence_to_json(s.ev, complete);
     }
     if (s.runner) j["workers"] = s.runner->workers_json();
+    if (s.runner) {
+        nlohmann::json balance = s.runner->balance_json();
+        if (!balance.is_null()) j["balance"] = balance;
+    }
     nlohmann::json mem = s.runner ? s.runner->memory_json() : nlohmann::json::object();
     mem["rss_kib"] = proc_status_kib("VmRSS");  // now (at exit the host may have freed its model)
     mem["hwm_kib"] = proc_status_kib("VmHWM");  // peak, includes the engine's MAP_POPULATE at load

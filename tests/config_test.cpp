@@ -40,6 +40,12 @@ const BadCase bad_cases[] = {
     {"rows_without_workers.toml", "4", "rows.local_share", "needs local_share = 1, got 0.5"},
     {"overlapping_experts.toml", "12", "worker[1].experts", "expert 6 is owned by both worker[0] (worker[0].experts, line 8) and worker[1]"},
     {"coordinator_overlaps_worker.toml", "8", "worker[0].experts", "expert 4 is owned by both the coordinator"},
+    {"overlapping_experts.toml", "12", "worker[1].experts", "(set experts.replicas = true to hold it on both)"},
+    {"replicas_with_partial.toml", "6", "experts.replicas", "needs combine = \"exact\""},
+    {"auto_share_with_number.toml", "8", "worker[0].share", "rows.local_share = \"auto\" measures every share: write \"auto\" or leave it out, got 0.5"},
+    {"auto_share_alone.toml", "8", "worker[0].share", "\"auto\" needs shard.local_share = \"auto\" too"},
+    {"approximate_without_verify.toml", "2", "numerics", "\"approximate\" needs dispatch.verify_every"},
+    {"share_not_auto.toml", "4", "rows.local_share", "expected number 0..1 or \"auto\", got \"fast\""},
     {"bad_expert_range.toml", "5", "worker[0].experts", "range start 7 is above its end 4"},
     {"worker_without_experts.toml", "6", "worker[0].experts", "required in experts mode"},
     {"shadow_without_partial.toml", "5", "experts.shadow_every", "only used with combine = \"partial\""},
@@ -179,6 +185,17 @@ TEST(ConfigFile, ExpertsFixtureResolvesOwnership) {
     EXPECT_TRUE(cfg.worker_server.present);
     EXPECT_EQ(cfg.worker_server.bind, "tcp://*:5601");
     EXPECT_TRUE(config_check_expert_coverage(cfg, 16).is_ok());
+}
+
+TEST(ConfigFile, ReplicasLetTwoHostsOwnAnExpert) {
+    Config cfg;
+    Status st = config_load_string("mode = \"experts\"\n[experts]\nlocal = \"0-7\"\nreplicas = true\n"
+                                   "[[worker]]\nendpoint = \"ipc:///tmp/a\"\nexperts = \"0-7\"\n"
+                                   "[[worker]]\nendpoint = \"ipc:///tmp/b\"\nexperts = \"4-7\"\n", "r.toml", cfg);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_TRUE(cfg.experts.replicas);
+    EXPECT_TRUE(config_check_expert_coverage(cfg, 8).is_ok());
+    EXPECT_NE(config_describe(cfg).find("experts.replicas = true"), std::string::npos) << config_describe(cfg);
 }
 
 TEST(ConfigFile, CoverageNamesFirstUnownedExpert) {

@@ -141,6 +141,13 @@ nlohmann::json GraphRunner::workers_json() {
     return handler_->workers_json();
 }
 
+nlohmann::json GraphRunner::balance_json() {
+    if (handler_ == nullptr) return nullptr;
+    std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(200));
+    if (!hl.owns_lock()) return nullptr;  // a compute holds it: next flush
+    return handler_->balance_json();
+}
+
 nlohmann::json GraphRunner::memory_json() {
     if (handler_ == nullptr) return nlohmann::json::object();
     std::unique_lock<std::timed_mutex> hl(handler_mu_, std::chrono::milliseconds(200));

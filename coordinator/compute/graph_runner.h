@@ -56,6 +56,8 @@ public:
 
     /// The handler's per-worker evidence (locks the handler against a concurrent compute).
     nlohmann::json workers_json();
+    /// The handler's balance section (RegionHandler::balance_json); null when none or busy.
+    nlohmann::json balance_json();
     /// The handler's memory evidence (weights released), {} without a handler.
     nlohmann::json memory_json();
     /// At exit, after transport_stop_waiting(): waits up to `ms` for every compute in progress on

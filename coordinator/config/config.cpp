@@ -175,6 +175,22 @@ struct Reader {
     }
 
     // A string; returns the node's line (0 when absent or not a string; then out is unchanged).
+    // A share: a number 0..1, or "auto" (measured while the run goes: coordinator/modes/share_balance.h).
+    void read_share(const toml::table & t, const std::string & prefix, const char * key, double & out, bool & is_auto,
+                    bool * seen = nullptr) {
+        auto it = t.find(key);
+        if (it != t.end() && it->second.is_string()) {
+            std::string path = join_path(prefix, key);
+            int line = 0;
+            const toml::node * n = find(t, path, key, line);
+            if (n->as_string()->get() != "auto") { fail(line, path, "expected number 0..1 or \"auto\"", *n, false); return; }
+            is_auto = true;
+            if (seen) *seen = true;
+            return;
+        }
+        read_double(t, prefix, key, 0.0, 1.0, out, seen);
+    }
+
     int read_string(const toml::table & t, const std::string & prefix, const char * key, std::string & out) {
         std::string path = join_path(prefix, key);
         int line = 0;
@@ -241,7 +257,7 @@ struct Reader {
     void read_top(const toml::table & root) {
         check_known(root, "", {"mode", "report", "report_flush_ms", "require_intercept", "on_mismatch", "strict",
                                "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
-                               "worker_server", "verify_every"});
+                               "worker_server", "verify_every", "numerics"});
         read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
         std::string report;
         int line = read_string(root, "", "report", report);
@@ -254,25 +270,27 @@ struct Reader {
         read_bool(root, "", "no_repack", cfg.no_repack);
         read_int(root, "", "threads", 0, 256, cfg.threads);
         read_choice(root, "", "log", {"error", "warn", "info", "debug"}, cfg.log);
+        read_choice(root, "", "numerics", {"exact", "approximate"}, cfg.numerics);
         read_top_security(root);
     }
 
     void read_sections(const toml::table & root) {
         if (const toml::table * t = section(root, "rows")) {
             check_known(*t, "rows", {"local_share", "min_rows"});
-            read_double(*t, "rows", "local_share", 0.0, 1.0, cfg.rows.local_share);
+            read_share(*t, "rows", "local_share", cfg.rows.local_share, cfg.rows.auto_share);
             read_int(*t, "rows", "min_rows", 1, 1000000, cfg.rows.min_rows);
         }
         if (const toml::table * t = section(root, "experts")) {
-            check_known(*t, "experts", {"local", "combine", "shadow_every", "release_unowned"});
+            check_known(*t, "experts", {"local", "combine", "shadow_every", "release_unowned", "replicas"});
             read_experts(*t, "experts", "local", cfg.experts.local);
             read_choice(*t, "experts", "combine", {"exact", "partial"}, cfg.experts.combine);
             read_int(*t, "experts", "shadow_every", 0, 1000000000, cfg.experts.shadow_every);
             read_bool(*t, "experts", "release_unowned", cfg.experts.release_unowned);
+            read_bool(*t, "experts", "replicas", cfg.experts.replicas);
         }
         if (const toml::table * t = section(root, "shard")) {
             check_known(*t, "shard", {"local_share", "shadow_every"});
-            read_double(*t, "shard", "local_share", 0.0, 1.0, cfg.shard.local_share);
+            read_share(*t, "shard", "local_share", cfg.shard.local_share, cfg.shard.auto_share);
             read_int(*t, "shard", "shadow_every", 0, 1000000000, cfg.shard.shadow_every);
         }
         if (const toml::table * t = section(root, "dispatch")) {
@@ -307,7 +325,7 @@ struct Reader {
         check_known(t, prefix, {"endpoint", "share", "experts", "timeout_ms", "public_key", "client_key"});
         if (!t.contains("endpoint")) issues.push_back({w.line, prefix + ".endpoint: required key is missing"});
         read_endpoint(t, prefix, "endpoint", false, w.endpoint);
-        read_double(t, prefix, "share", 0.0, 1.0, w.share, &w.has_share);
+        read_share(t, prefix, "share", w.share, w.share_auto, &w.has_share);
         read_experts(t, prefix, "experts", w.experts);
         read_int(t, prefix, "timeout_ms", 1, 600000, w.timeout_ms, &w.has_timeout);
         read_worker_security(t, prefix, w);

@@ -30,6 +30,11 @@ enum class ConfigMode {
 enum class MismatchPolicy { passthrough, abort };
 /// A worker fails or times out.
 enum class WorkerErrorPolicy { local, abort };
+/// Whether workers must compute with this host's very kernels (docs/numerics.md).
+enum class NumericsPolicy {
+    exact,        ///< a worker on another CPU variant or build is refused: every result is the single-node bits
+    approximate,  ///< such a worker is accepted; its results are checked by verify_every within the tolerances
+};
 /// How expert results from other hosts are combined (experts mode).
 enum class ExpertCombine { exact, partial };
 
@@ -37,6 +42,9 @@ enum class ExpertCombine { exact, partial };
 struct RowsConfig {
     double local_share = 1.0;  ///< fraction of a region's rows computed here, 0..1; default 1
     int    min_rows    = 2;    ///< regions with fewer rows run locally (decode), 1..1000000; default 2
+    /// local_share = "auto": every call's rows are split so that the hosts' expected times are equal,
+    /// from their measured time per row (coordinator/modes/share_balance.h); default false
+    bool auto_share = false;
 };
 
 /// [experts]: mode = "experts".
@@ -47,12 +55,19 @@ struct ExpertsConfig {
     /// Drop this host's resident pages of the experts a worker serves, once that worker has served
     /// the layer (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
     bool release_unowned = true;
+    /// An expert may be owned by several hosts (replicas); each call's slots of such an expert go to
+    /// the owner expected to finish first (coordinator/modes/expert_balance.h). Needs combine = exact,
+    /// so the result does not depend on which owner computed a slot. Default false: owners are disjoint.
+    bool replicas = false;
 };
 
 /// [shard]: mode = "shard".
 struct ShardConfig {
     double local_share = 1.0;  ///< fraction of every expert's n_ff computed here, 0..1; default 1
     int shadow_every = 0;      ///< recompute every Nth call whole here and report the error; 0 = never
+    /// local_share = "auto": the n_ff slices follow the hosts' measured speeds (set after the first
+    /// calls, changed when the speeds drift; each change is a new plan said in hello); default false
+    bool auto_share = false;
 };
 
 /// [dispatch]: defaults for every worker.
@@ -83,6 +98,7 @@ struct WorkerConfig {
     std::vector<ExpertRange> experts;  ///< experts mode: experts this worker owns; default none
     int timeout_ms = 5000;             ///< resolved per-request timeout, ms (own value or dispatch.timeout_ms)
     bool has_share = false;            ///< `share` was written in the file
+    bool share_auto = false;           ///< share = "auto" (with local_share = "auto")
     bool has_timeout = false;          ///< `timeout_ms` was written in the file (else dispatch's)
     int line = 0;                      ///< line of the [[worker]] header, for messages
     // -- security (docs/security.md) --
@@ -123,6 +139,9 @@ struct Config {
     bool no_repack = false;           ///< hide the CPU "extra" (repack) buffer types (weights stay GGUF layout)
     int threads = 0;                  ///< threads for moezip's own compute, 0 = the engine's count; 0..256
     LogLevel log = LogLevel::info;    ///< default info
+    /// "approximate": accept workers whose CPU variant or kernel build-id differs (not bit-exact;
+    /// needs dispatch.verify_every, results compared within verify_max_abs / verify_min_cosine); default exact
+    NumericsPolicy numerics = NumericsPolicy::exact;
 
     RowsConfig rows;
     ExpertsConfig experts;

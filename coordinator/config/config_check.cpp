@@ -35,9 +35,20 @@ std::vector<ExpertOwner> expert_owners(const Config & cfg) {
 
 // rows and shard modes: local_share + every worker's share must be 1. `mode` names the section
 // ("rows" or "shard") and what is shared ("rows" or "n_ff slices") in messages.
-void check_shares(const Config & cfg, const char * mode, double local_share, std::vector<ConfigIssue> & issues) {
+void check_shares(const Config & cfg, const char * mode, double local_share, bool auto_share, std::vector<ConfigIssue> & issues) {
     const std::string key = std::string(mode) + ".local_share";
     int local_line = config_line_of(cfg, key, config_line_of(cfg, "mode", 1));
+    // automatic shares are all measured: a worker's share is "auto" or left out, never a number
+    for (size_t i = 0; i < cfg.workers.size(); ++i) {
+        const WorkerConfig & w = cfg.workers[i];
+        const std::string wkey = worker_name(i) + ".share";
+        if (auto_share && w.has_share && !w.share_auto)
+            issues.push_back({config_line_of(cfg, wkey, w.line), wkey + ": " + key + " = \"auto\" measures every share: write \"auto\" "
+                                                                 "or leave it out, got " + config_format_double(w.share)});
+        if (!auto_share && w.share_auto)
+            issues.push_back({config_line_of(cfg, wkey, w.line), wkey + ": \"auto\" needs " + key + " = \"auto\" too"});
+    }
+    if (auto_share) return;
     if (cfg.workers.empty()) {
         if (local_share != 1.0) {
             issues.push_back({local_line, key + ": " + mode + " mode without any [[worker]] needs local_share = 1, got " +
@@ -69,14 +80,21 @@ void check_experts(const Config & cfg, std::vector<ConfigIssue> & issues) {
             issues.push_back({owners[i].line, owners[i].key + ": required in experts mode (the experts this worker owns)"});
         }
     }
-    for (size_t j = 1; j < owners.size(); ++j) {
+    for (size_t j = 1; j < owners.size() && !cfg.experts.replicas; ++j) {
         for (size_t i = 0; i < j; ++i) {
             int e = expert_ranges_first_common(*owners[i].experts, *owners[j].experts);
             if (e < 0) continue;
             issues.push_back({owners[j].line, owners[j].key + ": expert " + std::to_string(e) + " is owned by both " +
                                               owners[i].who + " (" + owners[i].key + ", line " +
-                                              std::to_string(owners[i].line) + ") and " + owners[j].who});
+                                              std::to_string(owners[i].line) + ") and " + owners[j].who +
+                                              " (set experts.replicas = true to hold it on both)"});
         }
+    }
+    // with partial sums the order of additions, so the bits, would depend on which owner computed a slot
+    if (cfg.experts.replicas && cfg.experts.combine != ExpertCombine::exact) {
+        issues.push_back({config_line_of(cfg, "experts.replicas"),
+                          "experts.replicas: needs combine = \"exact\" (with \"partial\" the result would depend on which "
+                          "owner computed a slot), got combine = \"partial\""});
     }
     if (cfg.experts.shadow_every > 0 && cfg.experts.combine != ExpertCombine::partial) {
         issues.push_back({config_line_of(cfg, "experts.shadow_every"),
@@ -122,10 +140,14 @@ void check_security(const Config & cfg, std::vector<ConfigIssue> & issues) {
 } // namespace
 
 void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
+    // results of other kernels are only as trusted as they are checked
+    if (cfg.numerics == NumericsPolicy::approximate && cfg.dispatch.verify_every == 0)
+        issues.push_back({config_line_of(cfg, "numerics"), "numerics: \"approximate\" needs dispatch.verify_every (1..1000000000): "
+                                                           "results of another CPU variant are accepted only as far as they are checked"});
     check_endpoints(cfg, issues);
     check_security(cfg, issues);
-    if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, issues);
-    if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, issues);
+    if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, cfg.rows.auto_share, issues);
+    if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, cfg.shard.auto_share, issues);
     if (cfg.mode == ConfigMode::experts) check_experts(cfg, issues);
 }
 

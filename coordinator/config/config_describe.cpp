@@ -89,13 +89,16 @@ void describe_server_security(const WorkerServerConfig & s, Lines & l) {
 }
 
 void describe_sections(const Config & c, Lines & l) {
-    l.add_num("rows.local_share", c.rows.local_share);
+    if (c.rows.auto_share) l.add_str("rows.local_share", "auto");
+    else l.add_num("rows.local_share", c.rows.local_share);
     l.add("rows.min_rows", c.rows.min_rows);
     l.add_str("experts.local", expert_ranges_format(c.experts.local));
     l.add_str("experts.combine", config_combine_name(c.experts.combine));
     l.add("experts.shadow_every", c.experts.shadow_every);
     l.add("experts.release_unowned", c.experts.release_unowned);
-    l.add_num("shard.local_share", c.shard.local_share);
+    l.add("experts.replicas", c.experts.replicas);
+    if (c.shard.auto_share) l.add_str("shard.local_share", "auto");
+    else l.add_num("shard.local_share", c.shard.local_share);
     l.add("shard.shadow_every", c.shard.shadow_every);
     l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);
     l.add_str("dispatch.on_worker_error", config_worker_error_name(c.dispatch.on_worker_error));
@@ -108,7 +111,8 @@ void describe_workers(const Config & c, Lines & l) {
         const WorkerConfig & w = c.workers[i];
         std::string p = "worker[" + std::to_string(i) + "].";
         l.add_str(p + "endpoint", w.endpoint);
-        l.add_num(p + "share", w.share);
+        if (w.share_auto) l.add_str(p + "share", "auto");
+        else l.add_num(p + "share", w.share);
         l.add_str(p + "experts", expert_ranges_format(w.experts));
         l.add(p + "timeout_ms", w.timeout_ms);
         describe_worker_security(w, p, l);
@@ -137,6 +141,7 @@ std::string config_describe(const Config & c) {
     l.add("no_repack", c.no_repack);
     l.add("threads", c.threads);
     l.add_str("log", config_log_name(c.log));
+    l.add_str("numerics", c.numerics == NumericsPolicy::approximate ? "approximate" : "exact");
     describe_sections(c, l);
     describe_workers(c, l);
     return l.text;

@@ -18,6 +18,9 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
     fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
+    shard_shares_.assign(1, cfg.shard.local_share);
+    for (const WorkerConfig & w : cfg.workers) shard_shares_.push_back(w.share);
+    if (cfg.shard.auto_share) shard_shares_.assign(cfg.workers.size() + 1, 1.0 / (double) (cfg.workers.size() + 1));
     for (size_t i = 0; i < workers_.size(); ++i) {
         Worker & w = workers_[i];
         w.cfg = &cfg.workers[i];
@@ -87,11 +90,8 @@ Status Dispatcher::hello(Worker & w) {
 // What this host will ask of worker w (the worker refuses anything else: bad_plan).
 nlohmann::json Dispatcher::plan_json(size_t w) const {
     if (cfg_.mode == ConfigMode::experts) return {{"mode", "experts"}, {"experts", expert_ranges_format(cfg_.workers[w].experts)}};
-    if (cfg_.mode == ConfigMode::shard) {
-        nlohmann::json shares = nlohmann::json::array({cfg_.shard.local_share});
-        for (const WorkerConfig & c : cfg_.workers) shares.push_back(c.share);
-        return {{"mode", "shard"}, {"shares", shares}, {"slice", w + 1}};  // slices in split order: this host first
-    }
+    if (cfg_.mode == ConfigMode::shard)
+        return {{"mode", "shard"}, {"shares", shard_shares_}, {"slice", w + 1}};  // slices in split order: this host first
     return {{"mode", "rows"}};
 }
 
@@ -123,9 +123,9 @@ std::vector<int> Dispatcher::assigned_experts(size_t w, int n_expert) const {
         for (int e = 0; e < n_expert; ++e) out.push_back(e);  // a row carries any expert
         return out;
     }
-    std::vector<int> owners = expert_owners(cfg_, n_expert);
+    // every expert the worker owns, replicas included (experts.replicas): any of them may be sent to it
     for (int e = 0; e < n_expert; ++e)
-        if (owners[e] == (int) w) out.push_back(e);
+        if (expert_ranges_contains(cfg_.workers[w].experts, e)) out.push_back(e);
     return out;
 }
 
@@ -144,6 +144,10 @@ int64_t json_int(const nlohmann::json & j, const char * key) {
 
 } // namespace
 
+bool Dispatcher::kernels_differ(const Worker & w) const {
+    return json_str(w.identity, "cpu_variant") != self_.variant.name || json_str(w.identity, "cpu_build_id") != self_.variant.build_id;
+}
+
 Status Dispatcher::check_identity(const Worker & w) const {
     const nlohmann::json & id = w.identity;
     const std::string who = "worker " + w.cfg->endpoint + " refused: ";
@@ -151,12 +155,13 @@ Status Dispatcher::check_identity(const Worker & w) const {
         return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks " +
                                 std::to_string(kProtocolVersion));
     // The kernels' build-id first: it names a mix of builds (or of CPU variants) for what it is.
-    if (json_str(id, "cpu_variant") != self_.variant.name || json_str(id, "cpu_build_id") != self_.variant.build_id)
+    if (kernels_differ(w) && cfg_.numerics == NumericsPolicy::exact)
         return Status::mismatch(who + "it computes with CPU variant " + json_str(id, "cpu_variant") + " (build-id " +
                                 json_str(id, "cpu_build_id") + ", ggml " + json_str(id, "ggml_commit") + "), this host with " +
                                 self_.variant.name + " (build-id " + self_.variant.build_id + ", ggml " + self_.ggml_commit +
                                 "): different kernels give different bits, so results would not be bit-identical; run every "
-                                "host on one llama.cpp build and like CPUs");
+                                "host on one llama.cpp build and like CPUs, or set numerics = \"approximate\" to accept it within "
+                                "the verify tolerances");
     if (json_str(id, "ggml_commit") != self_.ggml_commit)
         return Status::mismatch(who + "it runs ggml " + json_str(id, "ggml_commit") + ", this host " + self_.ggml_commit);
     return Status::ok();
@@ -238,6 +243,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
             return false;
         }
         w.link->set_instance(w.instance);
+        note_inexact(w);
         if (w.logged_down) LOG_INFO("worker %s is back (instance %s)", w.cfg->endpoint.c_str(), hex64(w.instance).c_str());
         w.backoff_ms = 0;
         w.logged_down = false;
@@ -253,6 +259,27 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.plans_ok.insert(r.plan_id);
     }
     return true;
+}
+
+// numerics = "approximate": a worker on other kernels is used, and the run says so once.
+void Dispatcher::note_inexact(Worker & w) {
+    const bool differ = kernels_differ(w);
+    if (!differ) { w.inexact.clear(); return; }
+    char tol[96];
+    snprintf(tol, sizeof tol, "max abs %g, cosine %g", cfg_.dispatch.verify_max_abs, cfg_.dispatch.verify_min_cosine);
+    const std::string why = "worker " + w.cfg->endpoint + " computes with CPU variant " + json_str(w.identity, "cpu_variant") +
+                            " (build-id " + json_str(w.identity, "cpu_build_id") + "), this host with " + self_.variant.name +
+                            " (build-id " + self_.variant.build_id + "): numerics = \"approximate\", its results are not "
+                            "bit-exact; 1 in " + std::to_string(cfg_.dispatch.verify_every) + " is checked within " + tol;
+    if (w.inexact == why) return;
+    w.inexact = why;
+    LOG_WARN("%s", why.c_str());
+    if (pending_errors_.size() < 50) pending_errors_.push_back(why);
+}
+
+void Dispatcher::set_shard_shares(std::vector<double> shares) {
+    shard_shares_ = std::move(shares);
+    for (Worker & w : workers_) w.said_hello = false;  // usable() says hello with the new plan first
 }
 
 void Dispatcher::record_verify(size_t wi, const PartComparison & c, const std::string & what) {
@@ -335,6 +362,8 @@ nlohmann::json Dispatcher::stats_json() const {
         j["verify"] = w.trust.to_json();
         j["untrusted"] = w.trust.why_untrusted();
         j["over_budget"] = w.over_budget;
+        j["numerics"] = w.inexact.empty() ? "exact" : "approximate";
+        if (!w.inexact.empty()) j["inexact"] = w.inexact;  // which outputs are not bit-exact: all it computed
         if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
             for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;

@@ -79,10 +79,20 @@ public:
     /// Records the verification of one result of worker w (`what` names the part, e.g. "layer 3
     /// rows 0-63"); a mismatch marks the worker untrusted: logged, in the report, no more work.
     void record_verify(size_t w, const PartComparison & c, const std::string & what);
+    /// True when worker w computes with other kernels than this host (another CPU variant or
+    /// build-id, accepted by numerics = "approximate"): its results are compared within the verify
+    /// tolerances, never bit for bit, and are not the single-node bits.
+    bool inexact(size_t w) const { return !workers_[w].inexact.empty(); }
     /// Counts one request of worker w computed on this host instead.
     void count_fallback(size_t w) { if (workers_[w].link) ++workers_[w].link->stats().fallbacks; else ++workers_[w].fallbacks_unlinked; }
     /// Test-only fault switch MOEZIP_TEST_FAULT=corrupt_request: corrupt request frames after hashing.
     bool fault_corrupt_request() const { return fault_corrupt_; }
+    /// Shard mode: the shares of n_ff (this host first, then the workers) the hellos state as the
+    /// plan: the config's, or with local_share = "auto" equal ones until set_shard_shares.
+    const std::vector<double> & shard_shares() const { return shard_shares_; }
+    /// New shard shares (sum 1): every worker says hello again with them before its next request,
+    /// so it accepts only its new slice (a changed slice is a new plan, docs/protocol.md).
+    void set_shard_shares(std::vector<double> shares);
     MoeExecutor & executor() { return exec_; }
     const Config & config() const { return cfg_; }
     const GgmlApi & api() const { return api_; }
@@ -117,12 +127,15 @@ private:
         WorkerTrust trust;                   // verify_every sampling and the verdict
         int bad_plan_streak = 0;             // bad_plan replies since the last result
         uint64_t over_budget = 0;            // requests the worker refused as over its budget
+        std::string inexact;                 // numerics = "approximate": why its results are not bit-exact
     };
 
     Status hello(Worker & w);
     nlohmann::json plan_json(size_t w) const;
     void ensure_link(Worker & w, const MoeRegion & r);
     Status check_identity(const Worker & w) const;
+    bool kernels_differ(const Worker & w) const;
+    void note_inexact(Worker & w);
     Status check_layer(const Worker & w, const MoeRegion & r) const;
     std::vector<int> assigned_experts(size_t w, int n_expert) const;
 
@@ -135,6 +148,7 @@ private:
     std::vector<std::string> pending_errors_;
     bool fault_corrupt_ = false;
     MoeExecutor exec_;
+    std::vector<double> shard_shares_;
     int pid_ = 0;
 };
 

@@ -57,6 +57,7 @@ void DispatchHandler::shadow_check(const MoeRegion & r) {
 }
 
 bool DispatchHandler::accept_part(size_t w, const void * theirs, const float * here, size_t n, bool exact, const std::string & what) {
+    exact = exact && !disp_.inexact(w);  // other kernels (numerics = "approximate"): within the tolerances
     const PartComparison c = exact ? part_compare_exact(theirs, here, n)
                                    : part_compare_close(theirs, here, n, cfg_.dispatch.verify_max_abs, cfg_.dispatch.verify_min_cosine);
     disp_.record_verify(w, c, what);
@@ -114,12 +115,11 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.ms_local += ms_between(t0, std::chrono::steady_clock::now());
         return st;
     }
-    std::vector<double> shares = {cfg_.rows.local_share};
-    for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
-    std::vector<RowBlock> blocks = split_rows(n, shares);
+    std::vector<RowBlock> blocks = row_blocks(n);
 
     // 1. requests out first, so the workers compute while this host does its own rows
     std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id
+    const auto t_sent = std::chrono::steady_clock::now();
     std::vector<size_t> here;                          // workers whose rows this host computes
     for (size_t w = 0; w < disp_.n_workers(); ++w) {
         const RowBlock & b = blocks[w + 1];
@@ -136,12 +136,14 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     }
     if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's rows
+    const auto t_own = std::chrono::steady_clock::now();
     Status st = compute_rows_here(r, blocks[0].first, blocks[0].count);
     if (!st) return st;
     c.local_rows += blocks[0].count;
     c.local_slots += blocks[0].count * k;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
+    share_bal_.observe(0, (double) blocks[0].count, ms_between(t_own, t_local));
     // 3. results land in their original row positions
     float * out = static_cast<float *>(r.out->data);
     for (auto & p : pending) {
@@ -149,7 +151,13 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         WorkerLink & link = disp_.link(p.first);
         MsgHeader rh;
         zmq::message_t data;
+        const auto t_wait = std::chrono::steady_clock::now();
         Status rs = link.recv(p.second, rh, data);
+        if (rs) {
+            const auto now = std::chrono::steady_clock::now();
+            share_bal_.observe(1 + p.first, (double) b.count, rh.service_us / 1000.0);
+            share_bal_.observe_overhead(1 + p.first, ms_between(t_sent, now) - rh.service_us / 1000.0, ms_between(t_wait, now) > 0.05);
+        }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||
                    data.size() != (size_t) (b.count * E) * sizeof(float)))
             rs = Status::corruption(link.endpoint() + ": result does not match the request");
@@ -189,6 +197,41 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.local_slots += b.count * k;
     }
     return Status::ok();
+}
+
+std::vector<RowBlock> RowsHandler::row_blocks(int64_t n) {
+    if (!cfg_.rows.auto_share) {
+        std::vector<double> shares = {cfg_.rows.local_share};
+        for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
+        return split_rows(n, shares);
+    }
+    const std::vector<int64_t> counts = share_bal_.split(n, 1.0);
+    share_bal_.count(counts);
+    share_bal_.record(++split_calls_, counts);
+    return split_counts(counts);
+}
+
+static std::vector<std::string> host_names(const Config & cfg) {
+    std::vector<std::string> names = {"here"};
+    for (const WorkerConfig & w : cfg.workers) names.push_back(w.endpoint);
+    return names;
+}
+
+nlohmann::json RowsHandler::balance_json() const {
+    if (!cfg_.rows.auto_share) return nullptr;
+    nlohmann::json j = share_bal_.to_json(host_names(cfg_), "row");
+    j["mode"] = "rows";
+    j["calls"] = split_calls_;
+    return j;
+}
+
+nlohmann::json ShardHandler::balance_json() const {
+    if (!cfg_.shard.auto_share) return nullptr;
+    nlohmann::json j = share_bal_.to_json(host_names(cfg_), "row x n_ff block");
+    j["mode"] = "shard";
+    j["slice_changes"] = slice_changes_;
+    j["shares"] = disp_.shard_shares();
+    return j;
 }
 
 } // namespace moezip

@@ -23,7 +23,9 @@
 #pragma once
 
 #include "coordinator/dispatch/dispatcher.h"
+#include "coordinator/modes/expert_balance.h"
 #include "coordinator/modes/region_handler.h"
+#include "coordinator/modes/share_balance.h"
 #include "coordinator/modes/split.h"
 
 #include <array>
@@ -84,6 +86,14 @@ class RowsHandler : public DispatchHandler {
 public:
     using DispatchHandler::DispatchHandler;
     Status compute(const MoeRegion & r, LayerCounters & c) override;
+    /// local_share = "auto": the measured speeds and the shares over time (ShareBalancer); null otherwise.
+    nlohmann::json balance_json() const override;
+
+private:
+    /// The row blocks of an n-row call: by the configured shares, or automatic ones.
+    std::vector<RowBlock> row_blocks(int64_t n);
+    ShareBalancer share_bal_{1 + cfg_.workers.size()};
+    uint64_t split_calls_ = 0;
 };
 
 class ShardHandler : public DispatchHandler {
@@ -94,7 +104,17 @@ public:
     /// Expert biases (gpt-oss): the down bias belongs to the whole sum, not to each slice's part.
     std::string refuses(const MoeRegion & r) const override;
 
+    /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.
+    nlohmann::json balance_json() const override;
+
 private:
+    /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices to
+    /// the measured speeds when that is expected to save at least 5% (a new plan: hello again).
+    void adjust_slices(int64_t n_blocks, int64_t n_rows);
+    static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
+    static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
+    ShareBalancer share_bal_{1 + cfg_.workers.size()};
+    uint64_t calls_auto_ = 0, slice_changes_ = 0;
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;
@@ -108,17 +128,30 @@ public:
     /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
     /// "not_released"}.
     nlohmann::json memory_json() const override;
+    /// experts.replicas: the balancer's decisions and speed estimates (ExpertBalancer::to_json); null otherwise.
+    nlohmann::json balance_json() const override;
     void forget_plans(const std::vector<uint64_t> & plans) override;
 
 private:
     struct Part;  // one worker's request of one call
+    /// Per expert of the model, the host that computes its slots in this call (0 = here, 1 + w =
+    /// worker w): its only owner, or among usable replicas the balancer's choice.
+    std::vector<int> assign_hosts(const MoeRegion & r, CallSize size);
+    /// Feeds worker w's reply to part p into the balancer: service time per slot and overhead.
+    void observe_reply(size_t w, CallSize size, const Part & p, const MsgHeader & rh, std::chrono::steady_clock::time_point t_wait);
+    /// True when this host owns every expert of failed part p as well (experts.replicas): then it
+    /// computes the part as a configured owner, not as a fallback.
+    bool covered_here(const MoeRegion & r, const Part & p) const;
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call);
     bool verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st);
     /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages
     /// of the experts w owns in that layer (coordinator/modes/weight_release.h).
     void release_unowned(const MoeRegion & r, size_t w);
-    std::vector<int> owners_;
+    std::vector<int> owners_;                   // expert_owners: -1 when resident here
+    std::vector<std::vector<int>> owner_sets_;  // expert_owner_sets: every owner
+    std::vector<int64_t> expert_slots_;         // slots per expert in the current call
+    ExpertBalancer balancer_{1 + cfg_.workers.size()};
     uint64_t partial_calls_ = 0;
     std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;

@@ -1,6 +1,7 @@
 #include "coordinator/modes/dispatch_handler.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/modes/expert_balance.h"
 #include "coordinator/modes/split.h"
 #include "coordinator/modes/weight_release.h"
 
@@ -19,6 +20,7 @@ struct ExpertsHandler::Part {
     std::vector<int32_t> ids;                        // [n_used, rows], -1 = not this worker's slot
     std::vector<float> weights;                      // [n_used, rows]
     uint64_t request_id = 0;
+    std::chrono::steady_clock::time_point sent_at;   // for the balancer's overhead estimate
     bool sent = false, done = false;
     zmq::message_t result;                           // slots [n_embd, pairs] or row sums [n_embd, rows]
 };
@@ -86,18 +88,21 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         Status cov = config_check_expert_coverage(cfg_, (int) r.n_expert);
         if (!cov) return cov;
         owners_ = expert_owners(cfg_, (int) r.n_expert);
+        owner_sets_ = expert_owner_sets(cfg_, (int) r.n_expert);
     }
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
+    const CallSize size = n <= kSmallCallRows ? CallSize::small : CallSize::large;
+    const std::vector<int> host_of = assign_hosts(r, size);  // per expert: 0 = here, 1 + w = worker w
 
     // 1. build and send each worker's part (only rows that selected its experts)
     std::vector<Part> parts(disp_.n_workers());
     std::vector<std::pair<int64_t, int64_t>> local_pairs;
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t s = 0; s < k; ++s) {
-            int owner = owners_[ids_[t * k + s]];
-            if (owner < 0) { local_pairs.push_back({t, s}); continue; }
-            Part & p = parts[owner];
+            const int h = host_of[ids_[t * k + s]];
+            if (h == 0) { local_pairs.push_back({t, s}); continue; }
+            Part & p = parts[h - 1];
             if (p.rows.empty() || p.rows.back() != t) {
                 p.rows.push_back(t);
                 p.hidden.insert(p.hidden.end(), &hidden_[t * E], &hidden_[t * E] + E);
@@ -114,6 +119,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (p.rows.empty() || !disp_.usable(w, r)) continue;
         MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact ? ReplyKind::slots : ReplyKind::row_sums);
         p.request_id = h.request_id;
+        p.sent_at = std::chrono::steady_clock::now();
         Status st = disp_.link(w).send(h, {{WireType::f32, {p.hidden.data(), p.hidden.size() * sizeof(float)}},
                                            {WireType::i32, {p.ids.data(), p.ids.size() * sizeof(int32_t)}},
                                            {WireType::f32, {p.weights.data(), p.weights.size() * sizeof(float)}}},
@@ -122,6 +128,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     }
     if (std::any_of(parts.begin(), parts.end(), [](const Part & p) { return p.sent; })) disp_.let_io_thread_send();
     // 2. this host's experts, while the workers compute theirs
+    auto t_own = std::chrono::steady_clock::now();
     Status st = compute_pairs_here(r, local_pairs);
     if (!st) return st;
     c.local_slots += local_pairs.size();
@@ -129,6 +136,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (i == 0 || local_pairs[i].first != local_pairs[i - 1].first) ++c.local_rows;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
+    balancer_.observe_compute(0, size, (int64_t) local_pairs.size(), ms_between(t_own, t_local));
 
     // 3. collect; a failed part is computed here or stops the compute
     for (size_t w = 0; w < parts.size(); ++w) {
@@ -137,7 +145,9 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (p.sent) {
             WorkerLink & link = disp_.link(w);
             MsgHeader rh;
+            const auto t_wait = std::chrono::steady_clock::now();
             Status rs = link.recv(p.request_id, rh, p.result);
+            if (rs) observe_reply(w, size, p, rh, t_wait);
             size_t expect = (size_t) (E * (exact ? (int64_t) p.pairs.size() : (int64_t) p.rows.size())) * sizeof(float);
             if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || p.result.size() != expect ||
                        (exact && rh.n_pairs != (int32_t) p.pairs.size())))
@@ -173,6 +183,14 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             }
             disp_.mark_failed(w, rs);
         }
+        if (covered_here(r, p)) {
+            // this host owns every expert of the part too (a replica): computed here as configured
+            st = compute_pairs_here(r, p.pairs);
+            if (!st) return st;
+            balancer_.count_covered(0, (int64_t) p.pairs.size());
+            c.local_slots += p.pairs.size();
+            continue;
+        }
         if (cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort)
             return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
         st = compute_pairs_here(r, p.pairs);
@@ -191,6 +209,57 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         return Status::ok();
     }
     return merge_partial(r, parts, shadow_call);
+}
+
+std::vector<int> ExpertsHandler::assign_hosts(const MoeRegion & r, CallSize size) {
+    const int64_t n = r.n_tokens, k = r.n_used;
+    expert_slots_.assign((size_t) r.n_expert, 0);
+    for (int64_t i = 0; i < n * k; ++i) ++expert_slots_[ids_[i]];
+    std::vector<int8_t> usable(disp_.n_workers(), -1);  // asked once per call, only for owners of a selected expert
+    std::vector<ExpertGroup> groups;
+    for (int e = 0; e < (int) r.n_expert; ++e) {
+        if (expert_slots_[e] == 0) continue;
+        ExpertGroup g;
+        g.expert = e;
+        g.slots = expert_slots_[e];
+        const std::vector<int> & owners = owner_sets_[e];
+        for (int o : owners) {
+            if (o < 0) { g.hosts.push_back(0); continue; }
+            if (owners.size() > 1 && usable[o] < 0) usable[o] = disp_.usable((size_t) o, r) ? 1 : 0;
+            if (owners.size() == 1 || usable[o] == 1) g.hosts.push_back(1 + o);
+        }
+        // no usable owner: the first one keeps it, and its failure is handled as without replicas
+        if (g.hosts.empty()) g.hosts.push_back(owners[0] < 0 ? 0 : 1 + owners[0]);
+        groups.push_back(std::move(g));
+    }
+    const std::vector<int> chosen = balancer_.assign(groups, size);
+    std::vector<int> host_of((size_t) r.n_expert, 0);
+    for (size_t g = 0; g < groups.size(); ++g) host_of[groups[g].expert] = chosen[g];
+    return host_of;
+}
+
+void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, const MsgHeader & rh,
+                                   std::chrono::steady_clock::time_point t_wait) {
+    const auto now = std::chrono::steady_clock::now();
+    const double service = rh.service_us / 1000.0;
+    balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
+    // the reply came while this host waited (more than a hash check's time in recv): a true sample
+    const bool waited = ms_between(t_wait, now) > 0.05;
+    balancer_.observe_overhead(1 + w, ms_between(p.sent_at, now) - service, waited);
+}
+
+bool ExpertsHandler::covered_here(const MoeRegion & r, const Part & p) const {
+    if (!cfg_.experts.replicas) return false;
+    for (const auto & q : p.pairs)
+        if (owners_[ids_[q.first * r.n_used + q.second]] != -1) return false;
+    return true;
+}
+
+nlohmann::json ExpertsHandler::balance_json() const {
+    if (!cfg_.experts.replicas) return nullptr;
+    std::vector<std::string> names = {"here"};
+    for (const WorkerConfig & w : cfg_.workers) names.push_back(w.endpoint);
+    return balancer_.to_json(names);
 }
 
 Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call) {
@@ -227,9 +296,11 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
         LOG_INFO("keeping the experts workers own resident here: %s", not_released_.c_str());
         return;
     }
-    std::vector<int> experts;
-    for (size_t e = 0; e < owners_.size(); ++e)
-        if (owners_[e] == (int) w) experts.push_back((int) e);
+    std::vector<int> experts;  // w's experts this host does not own (replicas of its own stay resident)
+    for (size_t e = 0; e < owner_sets_.size(); ++e)
+        if (owners_[e] != -1 && std::find(owner_sets_[e].begin(), owner_sets_[e].end(), (int) w) != owner_sets_[e].end())
+            experts.push_back((int) e);
+    if (experts.empty()) return;  // every expert w serves is this host's too
     const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
     const int64_t rss_before = proc_status_kib("VmRSS");
     for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {

@@ -34,6 +34,9 @@ public:
     virtual std::vector<std::string> take_errors() { return {}; }
     /// What the handler did with this host's memory, for the report's `memory` section.
     virtual nlohmann::json memory_json() const { return nlohmann::json::object(); }
+    /// How work was balanced between hosts (replicated experts, automatic shares), for the report's
+    /// `balance` section; null when the mode does not balance.
+    virtual nlohmann::json balance_json() const { return nullptr; }
     /// The engine freed the weights of these plans (MoeRegion::plan_id): whatever was verified or
     /// released for them must not carry over to the weights that come next.
     virtual void forget_plans(const std::vector<uint64_t> & plans) { (void) plans; }

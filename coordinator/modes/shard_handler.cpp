@@ -34,9 +34,13 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     if (r.n_ff % block != 0)
         return Status::unsupported("layer " + std::to_string(r.il) + ": n_ff " + std::to_string(r.n_ff) +
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
-    std::vector<double> shares = {cfg_.shard.local_share};
-    for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
-    const std::vector<RowBlock> slices = split_ff(r.n_ff, block, shares);
+    if (cfg_.shard.auto_share) adjust_slices(r.n_ff / block, n);
+    const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares());
+    if (cfg_.shard.auto_share) {
+        std::vector<int64_t> blocks_per_host;
+        for (const RowBlock & s : slices) blocks_per_host.push_back(s.count / block);
+        share_bal_.count(blocks_per_host);
+    }
     parts_.resize(slices.size());
     ff_frames_.resize(disp_.n_workers());
     // a shadow call verifies every worker's slice before it measures the whole region
@@ -46,6 +50,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 1. every worker with a slice gets every row, and its slice as a fourth frame
     std::vector<std::pair<size_t, uint64_t>> pending;  // worker, request id
     std::vector<size_t> here;                          // workers whose slice this host computes
+    const auto t_sent = std::chrono::steady_clock::now();
     for (size_t w = 0; w < disp_.n_workers(); ++w) {
         const RowBlock & s = slices[w + 1];
         if (s.count == 0) continue;
@@ -62,6 +67,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     }
     if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's slice, while the workers compute theirs
+    const auto t_own = std::chrono::steady_clock::now();
     if (slices[0].count > 0) {
         Status st = compute_rows_into(r, slice_weights(r, slices[0]), 0, n, parts_[0].data());
         if (!st) return st;
@@ -69,13 +75,20 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.local_slots += n * k;
     }
     auto t_local = std::chrono::steady_clock::now();
+    share_bal_.observe(0, (double) (n * (slices[0].count / block)), ms_between(t_own, t_local));
     c.ms_local += ms_between(t0, t_local);
     // 3. partial sums from the workers
     for (auto & p : pending) {
         WorkerLink & link = disp_.link(p.first);
         MsgHeader rh;
         zmq::message_t data;
+        const auto t_wait = std::chrono::steady_clock::now();
         Status rs = link.recv(p.second, rh, data);
+        if (rs) {
+            const auto now = std::chrono::steady_clock::now();
+            share_bal_.observe(1 + p.first, (double) (n * (slices[p.first + 1].count / block)), rh.service_us / 1000.0);
+            share_bal_.observe_overhead(1 + p.first, ms_between(t_sent, now) - rh.service_us / 1000.0, ms_between(t_wait, now) > 0.05);
+        }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))
             rs = Status::corruption(link.endpoint() + ": result does not match the request");
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
@@ -124,6 +137,27 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     }
     if (shadow_call) shadow_check(r);
     return Status::ok();
+}
+
+// Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
+// the boundaries of the partial sums (the last bits of shard results, within the tolerance).
+void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
+    if (++calls_auto_ == 1) {
+        std::vector<int64_t> first;
+        for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
+        share_bal_.record(0, first, /*always =*/ true);  // the equal slices of the calibration calls
+    }
+    if (!(calls_auto_ == kShardCalibrationCalls || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return;
+    const std::vector<RowBlock> cur = split_ff(n_blocks, 1, disp_.shard_shares());
+    std::vector<int64_t> cur_counts;
+    for (const RowBlock & b : cur) cur_counts.push_back(b.count);
+    const std::vector<int64_t> next = share_bal_.split(n_blocks, (double) n_rows);
+    if (next == cur_counts || share_bal_.makespan(next, (double) n_rows) > 0.95 * share_bal_.makespan(cur_counts, (double) n_rows)) return;
+    std::vector<double> shares;
+    for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
+    disp_.set_shard_shares(shares);
+    ++slice_changes_;
+    share_bal_.record(calls_auto_, next, /*always =*/ true);
 }
 
 } // namespace moezip

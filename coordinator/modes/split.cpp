@@ -31,6 +31,16 @@ std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & sha
     return blocks;
 }
 
+std::vector<RowBlock> split_counts(const std::vector<int64_t> & counts) {
+    std::vector<RowBlock> blocks(counts.size());
+    int64_t first = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+        blocks[i] = {first, counts[i]};
+        first += counts[i];
+    }
+    return blocks;
+}
+
 std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<double> & shares) {
     std::vector<RowBlock> slices = split_rows(n_ff / block, shares);
     for (RowBlock & s : slices) {
@@ -42,12 +52,20 @@ std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<do
 
 std::vector<int> expert_owners(const Config & cfg, int n_expert) {
     std::vector<int> owner(n_expert, -2);
-    for (int e = 0; e < n_expert; ++e) {
-        if (expert_ranges_contains(cfg.experts.local, e)) owner[e] = -1;
-        for (size_t w = 0; w < cfg.workers.size(); ++w)
-            if (expert_ranges_contains(cfg.workers[w].experts, e)) owner[e] = (int) w;
-    }
+    const std::vector<std::vector<int>> sets = expert_owner_sets(cfg, n_expert);
+    for (int e = 0; e < n_expert; ++e)
+        if (!sets[e].empty()) owner[e] = sets[e][0];
     return owner;
+}
+
+std::vector<std::vector<int>> expert_owner_sets(const Config & cfg, int n_expert) {
+    std::vector<std::vector<int>> sets(n_expert > 0 ? n_expert : 0);
+    for (int e = 0; e < n_expert; ++e) {
+        if (expert_ranges_contains(cfg.experts.local, e)) sets[e].push_back(-1);
+        for (size_t w = 0; w < cfg.workers.size(); ++w)
+            if (expert_ranges_contains(cfg.workers[w].experts, e)) sets[e].push_back((int) w);
+    }
+    return sets;
 }
 
 } // namespace moezip

@@ -19,13 +19,22 @@ struct RowBlock {
 /// 0 gets no rows. This host gets the first block, workers the following blocks in config order.
 std::vector<RowBlock> split_rows(int64_t n_rows, const std::vector<double> & shares);
 
+/// Consecutive blocks of `counts[i]` units each, the first starting at 0 (automatic shares).
+std::vector<RowBlock> split_counts(const std::vector<int64_t> & counts);
+
 /// Shard mode: splits n_ff into slices by shares (as split_rows) in whole blocks of `block` units
 /// (the down weights' ggml_blck_size), so every slice starts and ends on a quantization block.
 /// n_ff must be a multiple of block. A share too small for one block may get none.
 std::vector<RowBlock> split_ff(int64_t n_ff, int64_t block, const std::vector<double> & shares);
 
-/// Experts mode: owner of every expert id: -1 = this host (the coordinator), i >= 0 = worker i.
+/// Experts mode: owner of every expert id: -1 = this host (the coordinator) owns it, also when
+/// workers hold replicas of it (experts.replicas); else i >= 0, the first worker that owns it.
 /// Experts nobody owns get -2 (config_check_expert_coverage reports them before any dispatch).
+/// So -1 means "resident here", >= 0 "this host may drop it" (memory release, model mapping).
 std::vector<int> expert_owners(const Config & cfg, int n_expert);
+
+/// Experts mode: every owner of every expert id, this host (-1) first, then workers in file order.
+/// One owner each unless experts.replicas; empty for an expert nobody owns.
+std::vector<std::vector<int>> expert_owner_sets(const Config & cfg, int n_expert);
 
 } // namespace moezip

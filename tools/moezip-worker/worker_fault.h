@@ -8,6 +8,8 @@
 //   exit_after=N     after answering N compute requests, _exit(1) on the next one without replying
 //                    (a worker dying mid-run)
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
+//   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
+//                    replying (a host N times slower, for the automatic shares' tests)
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
@@ -25,6 +27,7 @@ struct WorkerFaults {
     bool tamper_result = false;
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
+    int slow = 1;             ///< 1..100: compute time multiplied by this
 };
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.

@@ -144,7 +144,12 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     Status st = compute_.validate(h, n, frames, sizes, *plan, opt_.budget, cost, code);
     MsgHeader reply;
     zmq::message_t out;
+    const auto t_compute = std::chrono::steady_clock::now();
     if (st) st = compute_checked(h, frames, reply, out, code);
+    if (opt_.faults.slow > 1) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t_compute).count();
+        usleep((useconds_t) (us * (opt_.faults.slow - 1)));
+    }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
     if (st) {
         c_.rows += (uint64_t) h.n_rows;

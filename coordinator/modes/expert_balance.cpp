@@ -1,0 +1,139 @@
+#include "coordinator/modes/expert_balance.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace moezip {
+
+namespace {
+
+// Weight of a new measurement in the moving averages: about the last 10 calls count.
+constexpr double kAlpha = 0.2;
+
+void average_in(double & avg, double sample, uint64_t & n, double alpha) {
+    avg = n == 0 ? sample : avg + alpha * (sample - avg);
+    ++n;
+}
+
+} // namespace
+
+ExpertBalancer::ExpertBalancer(size_t n_hosts)
+    : speed_(n_hosts), slots_(n_hosts, 0), replicated_slots_(n_hosts, 0), probes_(n_hosts, 0), covered_(n_hosts, 0),
+      idle_calls_(n_hosts, 0) {}
+
+// An unmeasured host is taken to be as fast as the measured ones (so the first calls split evenly
+// and measure everyone); with nothing measured at all every host costs 1 per slot.
+double ExpertBalancer::per_slot(size_t h, CallSize size) const {
+    const int c = (int) size;
+    if (speed_[h].samples[c] > 0) return speed_[h].ms_per_slot[c];
+    double sum = 0;
+    int n = 0;
+    for (const HostSpeed & s : speed_)
+        if (s.samples[c] > 0) { sum += s.ms_per_slot[c]; ++n; }
+    if (n > 0) return sum / n;
+    return 1.0;
+}
+
+double ExpertBalancer::expected_ms(size_t h, CallSize size, int64_t slots) const { return per_slot(h, size) * (double) slots; }
+
+std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups, CallSize size) {
+    const size_t H = speed_.size();
+    std::vector<int> host(groups.size(), -1);
+    std::vector<double> finish(H, 0);
+    std::vector<bool> busy(H, false), candidate(H, false);
+    auto add = [&](size_t g, int h) {
+        host[g] = h;
+        finish[h] += (busy[h] ? 0 : speed_[h].overhead_ms) + expected_ms(h, size, groups[g].slots);
+        busy[h] = true;
+    };
+    std::vector<size_t> open;  // groups with a choice
+    for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].hosts.size() == 1) add(g, groups[g].hosts[0]);
+        else open.push_back(g);
+    }
+    ++calls_;
+    if (!open.empty()) ++balanced_calls_;
+    // largest first; ties by expert id, so equal inputs give equal decisions
+    std::stable_sort(open.begin(), open.end(), [&](size_t a, size_t b) {
+        return groups[a].slots != groups[b].slots ? groups[a].slots > groups[b].slots : groups[a].expert < groups[b].expert;
+    });
+    for (size_t g : open) {
+        int best = -1;
+        double best_finish = 0;
+        for (int h : groups[g].hosts) {
+            candidate[h] = true;
+            const double f = finish[h] + (busy[h] ? 0 : speed_[h].overhead_ms) + expected_ms(h, size, groups[g].slots);
+            if (best < 0 || f < best_finish) { best = h; best_finish = f; }
+        }
+        add(g, best);
+        ++groups_decided_;
+    }
+    // a candidate left idle too long gets the smallest group it may take, to be measured again
+    for (size_t h = 0; h < H; ++h) {
+        if (!candidate[h] || busy[h]) continue;
+        if (++idle_calls_[h] < kProbeCalls) continue;
+        for (auto it = open.rbegin(); it != open.rend(); ++it) {
+            const std::vector<int> & hs = groups[*it].hosts;
+            if (std::find(hs.begin(), hs.end(), (int) h) == hs.end()) continue;
+            host[*it] = (int) h;
+            ++probes_[h];
+            break;
+        }
+    }
+    std::vector<double> load(H, 0);
+    std::vector<bool> has(H, false);
+    for (size_t g = 0; g < groups.size(); ++g) {
+        const int h = host[g];
+        slots_[h] += (uint64_t) groups[g].slots;
+        if (groups[g].hosts.size() > 1) replicated_slots_[h] += (uint64_t) groups[g].slots;
+        load[h] += expected_ms(h, size, groups[g].slots);
+        has[h] = true;
+    }
+    double makespan = 0;
+    for (size_t h = 0; h < H; ++h) {
+        if (has[h]) idle_calls_[h] = 0;
+        if (has[h]) makespan = std::max(makespan, load[h] + speed_[h].overhead_ms);
+    }
+    if (!open.empty()) makespan_ms_sum_ += makespan;
+    return host;
+}
+
+void ExpertBalancer::observe_compute(size_t h, CallSize size, int64_t slots, double ms) {
+    if (slots <= 0 || !(ms >= 0)) return;
+    HostSpeed & s = speed_[h];
+    const int c = (int) size;
+    average_in(s.ms_per_slot[c], ms / (double) slots, s.samples[c], kAlpha);
+}
+
+void ExpertBalancer::observe_overhead(size_t h, double ms, bool waited) {
+    if (!(ms >= 0)) return;
+    HostSpeed & s = speed_[h];
+    // An upper bound never starts the estimate: a worker stays cheap (0) until a true sample says
+    // otherwise, so it is given work and measured (a cold first call's bound would keep it idle).
+    if (waited) average_in(s.overhead_ms, ms, s.overhead_samples, kAlpha);
+    else if (s.overhead_samples > 0 && ms < s.overhead_ms) average_in(s.overhead_ms, ms, s.overhead_samples, 0.5);
+}
+
+nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) const {
+    nlohmann::json hosts = nlohmann::json::array();
+    for (size_t h = 0; h < speed_.size(); ++h) {
+        const HostSpeed & s = speed_[h];
+        hosts.push_back({{"host", h < names.size() ? names[h] : std::to_string(h)},
+                         {"slots", slots_[h]},
+                         {"replicated_slots", replicated_slots_[h]},
+                         {"ms_per_slot_small", s.ms_per_slot[0]},
+                         {"ms_per_slot_large", s.ms_per_slot[1]},
+                         {"samples_small", s.samples[0]},
+                         {"samples_large", s.samples[1]},
+                         {"overhead_ms", s.overhead_ms},
+                         {"probes", probes_[h]},
+                         {"covered_slots", covered_[h]}});
+    }
+    return {{"calls", calls_},
+            {"balanced_calls", balanced_calls_},
+            {"groups_decided", groups_decided_},
+            {"expected_makespan_ms_mean", balanced_calls_ > 0 ? makespan_ms_sum_ / (double) balanced_calls_ : 0.0},
+            {"hosts", hosts}};
+}
+
+} // namespace moezip

@@ -1,0 +1,80 @@
+// moezip: balanced dispatch of replicated experts (experts.replicas, docs/placement.md).
+//
+// When an expert is owned by several hosts, each call decides which owner computes that expert's
+// slots. The decision only moves work: the exact combine adds every slot's output in the engine's
+// slot order, and a slot's output is the same bits on every host (same kernels, per-slot
+// arithmetic: docs/numerics.md), so the result does not depend on it.
+//
+// The model of a host: expected time of a part = overhead_ms (a worker: transfer and ZeroMQ, the
+// round trip minus the worker's own service time; 0 for this host) + ms_per_slot x slots, with
+// ms_per_slot measured per call size (few rows: every slot reads its expert's weights; many rows:
+// an expert's weights are read once for many slots) as a moving average of this host's own compute
+// time and the workers' service times from the reply headers. Each call, experts with one usable
+// owner are placed first; the replicated ones, largest first, go to the owner whose expected finish
+// is earliest (longest-processing-time-first). A usable owner that got nothing for kProbeCalls
+// calls is given the smallest replicated expert once, so a host that was slow for a while is
+// measured again. Hosts: 0 = this host, 1 + w = worker w.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// Which speed estimate a call uses: at most kSmallCallRows rows (decode) or more (prefill).
+enum class CallSize { small = 0, large = 1 };
+constexpr int64_t kSmallCallRows = 8;
+/// Calls a usable owner may go without work before it is given some to be measured again.
+constexpr uint64_t kProbeCalls = 32;
+
+/// One expert's slots in a call and the hosts that may compute them (usable owners, host indices).
+struct ExpertGroup {
+    int expert = 0;
+    int64_t slots = 0;
+    std::vector<int> hosts;  ///< at least one; a single host is not a decision
+};
+
+/// A host's measured speed (see the file comment); 0 = not measured yet.
+struct HostSpeed {
+    double ms_per_slot[2] = {0, 0};  ///< by CallSize
+    double overhead_ms = 0;          ///< workers: round trip - service; this host: 0
+    uint64_t samples[2] = {0, 0};    ///< compute measurements by CallSize
+    uint64_t overhead_samples = 0;
+};
+
+class ExpertBalancer {
+public:
+    /// n_hosts: this host + the workers.
+    explicit ExpertBalancer(size_t n_hosts = 1);
+
+    /// The host that computes each group (same order as `groups`), for a call of `size`.
+    std::vector<int> assign(const std::vector<ExpertGroup> & groups, CallSize size);
+    /// Host h computed `slots` slots in `ms` (this host: its compute; a worker: its service time).
+    void observe_compute(size_t h, CallSize size, int64_t slots, double ms);
+    /// Worker host h's round trip minus its service time, `ms`. `waited`: this host was waiting when
+    /// the reply came (the sample is the overhead); else the reply waited for this host and the
+    /// sample is only an upper bound, used when it is below an estimate made of true samples.
+    void observe_overhead(size_t h, double ms, bool waited);
+    /// Slots of a failed worker's part computed by this host because it owns them too.
+    void count_covered(size_t h, int64_t slots) { covered_[h] += (uint64_t) slots; }
+    const HostSpeed & speed(size_t h) const { return speed_[h]; }
+    /// Expected time of `slots` slots on host h, ms, for a host that already has work (no overhead).
+    double expected_ms(size_t h, CallSize size, int64_t slots) const;
+    /// The report's `balance` section: per host (named by `names`, same indices) the slots it was
+    /// given, how many of them were replicated decisions, its speed estimates, probes, covered slots;
+    /// and the calls with decisions and their mean expected finish (ms) of the busiest host.
+    nlohmann::json to_json(const std::vector<std::string> & names) const;
+
+private:
+    double per_slot(size_t h, CallSize size) const;
+
+    std::vector<HostSpeed> speed_;
+    std::vector<uint64_t> slots_, replicated_slots_, probes_, covered_, idle_calls_;
+    uint64_t calls_ = 0, balanced_calls_ = 0, groups_decided_ = 0;
+    double makespan_ms_sum_ = 0;
+};
+
+} // namespace moezip

@@ -1,0 +1,136 @@
+// The balancer of replicated experts (coordinator/modes/expert_balance.h): which owner computes
+// each expert's slots of a call, from the hosts' measured speeds.
+#include "coordinator/modes/expert_balance.h"
+#include "coordinator/modes/split.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace moezip;
+
+namespace {
+
+/// A decode call of top-`k`: experts 0..k-1, one slot each, every one owned by `hosts`.
+std::vector<ExpertGroup> decode_call(int k, const std::vector<int> & hosts) {
+    std::vector<ExpertGroup> g;
+    for (int e = 0; e < k; ++e) g.push_back({e, 1, hosts});
+    return g;
+}
+
+std::map<int, int> slots_per_host(const std::vector<ExpertGroup> & g, const std::vector<int> & host) {
+    std::map<int, int> m;
+    for (size_t i = 0; i < g.size(); ++i) m[host[i]] += (int) g[i].slots;
+    return m;
+}
+
+TEST(ExpertBalance, UnmeasuredEqualHostsSplitADecodeCallEvenly) {
+    ExpertBalancer b(2);
+    const auto g = decode_call(8, {0, 1});
+    auto m = slots_per_host(g, b.assign(g, CallSize::small));
+    EXPECT_EQ(m[0], 4);
+    EXPECT_EQ(m[1], 4);
+}
+
+TEST(ExpertBalance, AHostTwiceAsSlowGetsAThirdOfTheSlots) {
+    ExpertBalancer b(2);
+    b.observe_compute(0, CallSize::small, 8, 1.0);  // 0.125 ms per slot (binary-exact sums)
+    b.observe_compute(1, CallSize::small, 8, 2.0);  // 0.25 ms per slot
+    const auto g = decode_call(9, {0, 1});
+    auto m = slots_per_host(g, b.assign(g, CallSize::small));
+    EXPECT_EQ(m[0], 6);
+    EXPECT_EQ(m[1], 3);
+}
+
+TEST(ExpertBalance, AWorkersOverheadIsCountedOnceForItsPart) {
+    ExpertBalancer b(2);
+    b.observe_compute(0, CallSize::small, 1, 0.5);
+    b.observe_compute(1, CallSize::small, 1, 0.5);
+    b.observe_overhead(1, 1.0, /*waited =*/ true);  // the worker's part costs 1 ms more
+    const auto g = decode_call(8, {0, 1});
+    auto m = slots_per_host(g, b.assign(g, CallSize::small));
+    // finish here 0.5 x 5 = 2.5 ms, there 1 + 0.5 x 3 = 2.5 ms
+    EXPECT_EQ(m[0], 5);
+    EXPECT_EQ(m[1], 3);
+}
+
+TEST(ExpertBalance, SingleOwnersAreNotDecisionsAndLoadTheirHost) {
+    ExpertBalancer b(3);
+    // host 1 alone owns experts 0-3; 4-7 are replicated on hosts 1 and 2: all of those go to host 2
+    std::vector<ExpertGroup> g = decode_call(8, {1, 2});
+    for (int e = 0; e < 4; ++e) g[e].hosts = {1};
+    std::vector<int> host = b.assign(g, CallSize::small);
+    for (int e = 0; e < 4; ++e) EXPECT_EQ(host[e], 1);
+    for (int e = 4; e < 8; ++e) EXPECT_EQ(host[e], 2) << "expert " << e;
+    nlohmann::json j = b.to_json({"here", "a", "b"});
+    EXPECT_EQ(j["groups_decided"], 4);
+    EXPECT_EQ(j["hosts"][1]["slots"], 4);
+    EXPECT_EQ(j["hosts"][1]["replicated_slots"], 0);
+    EXPECT_EQ(j["hosts"][2]["replicated_slots"], 4);
+}
+
+TEST(ExpertBalance, LargestExpertsArePlacedFirst) {
+    ExpertBalancer b(2);
+    // prefill: one hot expert of 10 slots and four of 2: 10 | 8 is the best split
+    std::vector<ExpertGroup> g = {{0, 2, {0, 1}}, {1, 10, {0, 1}}, {2, 2, {0, 1}}, {3, 2, {0, 1}}, {4, 2, {0, 1}}};
+    std::vector<int> host = b.assign(g, CallSize::large);
+    auto m = slots_per_host(g, host);
+    EXPECT_EQ(std::max(m[0], m[1]), 10);
+    for (size_t i = 0; i < g.size(); ++i)
+        if (i != 1) { EXPECT_NE(host[i], host[1]) << "the hot expert's host takes nothing else"; }
+}
+
+TEST(ExpertBalance, AnIdleReplicaIsProbedAgain) {
+    ExpertBalancer b(2);
+    b.observe_compute(0, CallSize::small, 1, 0.1);
+    b.observe_compute(1, CallSize::small, 1, 100.0);  // measured very slow once
+    const auto g = decode_call(2, {0, 1});
+    int given = 0;
+    for (uint64_t call = 0; call < kProbeCalls; ++call) {
+        auto m = slots_per_host(g, b.assign(g, CallSize::small));
+        given += m[1];
+    }
+    EXPECT_EQ(given, 1) << "within kProbeCalls calls the slow host is given one slot to be measured again";
+    EXPECT_EQ(b.to_json({"here", "w"})["hosts"][1]["probes"], 1);
+}
+
+TEST(ExpertBalance, SpeedsAreKeptPerCallSize) {
+    ExpertBalancer b(2);
+    b.observe_compute(0, CallSize::small, 8, 4.0);
+    b.observe_compute(0, CallSize::large, 800, 40.0);
+    EXPECT_DOUBLE_EQ(b.speed(0).ms_per_slot[0], 0.5);
+    EXPECT_DOUBLE_EQ(b.speed(0).ms_per_slot[1], 0.05);
+    // an unmeasured host is taken as fast as the measured ones
+    EXPECT_DOUBLE_EQ(b.expected_ms(1, CallSize::large, 10), 0.5);
+}
+
+TEST(ExpertBalance, AnOverheadUpperBoundOnlyLowersTheEstimate) {
+    ExpertBalancer b(2);
+    b.observe_overhead(1, 1.0, true);
+    b.observe_overhead(1, 5.0, false);  // the reply waited for this host: not the overhead
+    EXPECT_DOUBLE_EQ(b.speed(1).overhead_ms, 1.0);
+    b.observe_overhead(1, 0.5, false);
+    EXPECT_LT(b.speed(1).overhead_ms, 1.0);
+    // and never starts one: a worker without a true sample stays cheap, so it is given work
+    ExpertBalancer fresh(2);
+    fresh.observe_overhead(1, 7.0, false);
+    EXPECT_EQ(fresh.speed(1).overhead_samples, 0u);
+    EXPECT_DOUBLE_EQ(fresh.speed(1).overhead_ms, 0.0);
+}
+
+TEST(ExpertOwnerSets, ReplicasListEveryOwnerAndTheCoordinatorFirst) {
+    Config cfg;
+    ASSERT_TRUE(config_load_string("mode = \"experts\"\n[experts]\nlocal = \"0-3\"\nreplicas = true\n"
+                                   "[[worker]]\nendpoint = \"ipc:///tmp/a\"\nexperts = \"2-7\"\n"
+                                   "[[worker]]\nendpoint = \"ipc:///tmp/b\"\nexperts = \"6-7\"\n",
+                                   "t.toml", cfg));
+    std::vector<std::vector<int>> s = expert_owner_sets(cfg, 8);
+    EXPECT_EQ(s[0], (std::vector<int>{-1}));
+    EXPECT_EQ(s[2], (std::vector<int>{-1, 0}));
+    EXPECT_EQ(s[5], (std::vector<int>{0}));
+    EXPECT_EQ(s[7], (std::vector<int>{0, 1}));
+    // expert_owners: -1 wherever this host holds it (it stays resident), else the first worker
+    EXPECT_EQ(expert_owners(cfg, 8), (std::vector<int>{-1, -1, -1, -1, 0, 0, 0, 0}));
+}
+
+} // namespace
