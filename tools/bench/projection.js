@@ -84,3 +84,20 @@ const ASSUMPTIONS = [
 ];
 
 module.exports = { projection_rows, ASSUMPTIONS };
+
+// node tools/bench/projection.js BENCH_JSON: the projection of a bench.json (or of any file with
+// {"groups": [{model, variant, net, prefill: {median}, decode: {median}}]}) as a Markdown table.
+if (require.main === module) {
+    const b = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8"));
+    const rows = projection_rows(b.groups || []);
+    if (!rows.length) {
+        console.error(`projection: ${process.argv[2]} has no ${FIXTURE} runs of single, experts1 and rpc_experts on loopback`);
+        process.exit(1);
+    }
+    const f = (x) => x.toFixed(2);
+    console.log("| shape | link | phase | one node tok/s | moezip experts1 tok/s | x one node | llama.cpp RPC experts tok/s | x one node | moezip / RPC |");
+    console.log("|---|---|---|---|---|---|---|---|---|");
+    for (const r of rows)
+        console.log(`| ${r.shape} | ${r.link === "1g" ? "1 Gbit/s" : "10 Gbit/s"} | ${r.phase} | ${f(r.tok_s.single)} | ${f(r.tok_s.experts1)} | ` +
+                    `${f(r.x_single.experts1)}x | ${f(r.tok_s.rpc_experts)} | ${f(r.x_single.rpc_experts)}x | ${f(r.experts1_x_rpc)}x |`);
+}
