@@ -388,7 +388,7 @@ run_one() {
         cmd=(env "LD_LIBRARY_PATH=$LLAMA_BIN" "$LLAMA_BIN/llama-bench")
         args=(-m "$model" -p "$N_PREFILL" -n "$N_DECODE" -b "$N_UBATCH" -ub "$N_UBATCH" -t 1 -r 1 -o json "${extra[@]}")
         [ "$WARMUP" = 1 ] || args+=(--no-warmup)
-        [ "$LOAD" = anon ] && args+=(-mmp 0)
+        [ "$LOAD" = anon ] && args+=(-lm none)   # read into memory, as --no-mmap
     fi
     if [ -n "$mode" ]; then
         printf '%s' "$wl" | write_config "$cfg" "$mode" "$report" "$local_ex"

@@ -5,6 +5,10 @@
 "use strict";
 const { median, bootstrap_ci, bimodal } = require("./stats.js");
 
+/// Pairs (or runs per side) needed for an interval: with 2 or 3 the resamples can only reproduce the
+/// values themselves, and the "interval" would be their range.
+const MIN_PAIRS = 4;
+
 /// The variant a variant's runs are paired with: llama-bench's one-node run for the rpc_* variants,
 /// the unhooked engine at its defaults (repacking on) for the others; "" for the references themselves.
 function REFERENCE_OF(variant) {
@@ -13,7 +17,8 @@ function REFERENCE_OF(variant) {
 }
 
 /// For the finished runs of one group and phase ("prefill" | "decode"): {paired (ratios, one per pair),
-/// paired_ratio_median, ci95 ({point, lo, hi, n} of the median ratio, bootstrap; null below 2 pairs),
+/// paired_ratio_median, ci95 ({point, lo, hi, n} of the median ratio, bootstrap; lo and hi null below
+/// MIN_PAIRS pairs, ci95 null without pairs),
 /// resolved_5pct (the interval within ±5% of its median), bimodal (two clusters of tok/s, or null)}.
 /// by_pair: "model|pair" -> the runs of that pair.
 function pair_ratios(runs, by_pair, ref_variant, ph) {
@@ -25,8 +30,10 @@ function pair_ratios(runs, by_pair, ref_variant, ph) {
             if (ref && r.pair) paired.push(r.run_json[ph].tok_s / ref.run_json[ph].tok_s);
         }
     }
-    // one pair has a ratio but no interval: shown as such, never as a resolved number
-    const ci95 = bootstrap_ci(paired) || (paired.length === 1 ? { point: paired[0], lo: null, hi: null, n: 1 } : null);
+    // below MIN_PAIRS a percentile bootstrap only returns the runs' own range: a ratio without an
+    // interval, shown as such and given no verdict
+    const ci95 = paired.length >= MIN_PAIRS ? bootstrap_ci(paired)
+               : paired.length ? { point: median(paired), lo: null, hi: null, n: paired.length } : null;
     return {
         paired,
         paired_ratio_median: median(paired),
@@ -48,12 +55,12 @@ function run_stalled(r) {
 module.exports = { REFERENCE_OF, pair_ratios, run_stalled };
 
 /// a / b for two independent run sets (e.g. experts1 and rpc_experts on the same link and placement):
-/// {point (median(a) / median(b)), lo, hi} from resampling both sets (lo, hi null when either has one
-/// run); null when either has none.
+/// {point (median(a) / median(b)), lo, hi} from resampling both sets (lo, hi null when either has fewer
+/// than MIN_PAIRS runs); null when either has none.
 function ratio_of_medians_ci(a, b, B = 4000, seed = 777) {
     const va = a.filter(Number.isFinite), vb = b.filter(Number.isFinite);
     if (!va.length || !vb.length) return null;
-    if (va.length < 2 || vb.length < 2) return { point: median(va) / median(vb), lo: null, hi: null };
+    if (va.length < MIN_PAIRS || vb.length < MIN_PAIRS) return { point: median(va) / median(vb), lo: null, hi: null, n: Math.min(va.length, vb.length) };
     // resample the pair of sets by resampling an index set of both at once
     let s = seed >>> 0;
     const rnd = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296);

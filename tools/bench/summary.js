@@ -111,6 +111,9 @@ function timed_groups(runs) {
         g.notes = [];
         if (g.variant === "experts2") g.notes.push("3 processes on 2 cores: both workers share one core");
         if (g.net !== "lo") g.notes.push(`tbf ${g.net}bit veth, no added delay (no netem)`);
+        // ggml-rpc-server copies what it is sent into its own buffers: anonymous memory, whatever the client maps
+        if ((g.variant === "rpc_experts" || g.variant === "rpc_tensor") && r0.load === "mmap")
+            g.notes.push("the RPC server holds its tensors in anonymous memory, the other rows map the file: compare with BENCH_LOAD=anon");
         if (g.variant === "rpc_tensor") g.notes.push("llama.cpp skips the CPU device for tensor parallelism: a ggml-rpc-server on each core");
         for (const ph of ["prefill", "decode"])
             if (g[ph].bimodal) g.notes.push(`${ph} bimodal: ${g[ph].bimodal.n_low} runs at ${fmt(g[ph].bimodal.low, 2)}, ` +

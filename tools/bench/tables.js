@@ -9,7 +9,7 @@ const LABEL = { single: "single (engine default: repack on)", single_nr: "single
                 rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
 const label = (g) => LABEL[g.variant] || g.variant;
 /// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.
-const ci = (c) => (!c ? "-" : c.lo === null ? `${fmt(c.point, 2)}x (no interval: 1 pair)` : `${fmt(c.point, 2)}x [${fmt(c.lo, 2)}, ${fmt(c.hi, 2)}]`);
+const ci = (c) => (!c ? "-" : c.lo === null ? `${fmt(c.point, 2)}x (no interval: ${c.n} ${c.n === 1 ? "pair" : "pairs"})` : `${fmt(c.point, 2)}x [${fmt(c.lo, 2)}, ${fmt(c.hi, 2)}]`);
 const NETS = ["lo", "1g", "10g"];
 const order = (a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0) ||
                         NETS.indexOf(a.net) - NETS.indexOf(b.net) ||
