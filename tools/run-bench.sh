@@ -151,7 +151,7 @@ if [ ! -f "$KEYS/worker/moezip.key" ] || [ ! -f "$KEYS/coordinator/moezip.key" ]
 fi
 exec 9> "$OUT/.lock"
 flock -n 9 || die "another bench is running (lock $OUT/.lock)"
-rm -rf "$RUNS"
+rm -rf "$RUNS" "$OUT/traces"   # a trace of an earlier bench must not pass for this one's
 mkdir -p "$RUNS"
 
 # ---- cleanup: every process this script started (by pid) and the namespaces, on any exit ----
@@ -225,7 +225,11 @@ without_rpc() {
 ref_of() { case "$1" in single|rpc_single) echo "" ;; rpc_*) echo rpc_single ;; *) echo single ;; esac; }
 # no_repack_for MODEL VARIANT: 1 when the run keeps expert weights in GGUF layout (--no-repack / no_repack = true)
 no_repack_for() {
-    [ "$2" = single_nr ] && { echo 1; return; }
+    case "$2" in
+        single_nr) echo 1; return ;;
+        single) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
+        rpc_*) echo 0; return ;;   # llama-bench has no --no-repack: always the engine's default
+    esac
     case "$NO_REPACK" in
         1) echo 1 ;; 0) echo 0 ;;
         auto) case "$1" in *q4_K*) echo 1 ;; *) echo 0 ;; esac ;;   # the engine repacks q4_K experts (CPU_REPACK)
