@@ -93,6 +93,17 @@ TEST(Trace, WorkerTracksAreNamedByEndpointAndStable) {
     EXPECT_EQ(track_named(t.to_json(), "worker tcp://10.0.0.2:5601"), a);
 }
 
+TEST(Trace, BytesThatAreNotUtf8AreReplacedNotThrown) {
+    Trace t(10);
+    // an error message may quote a tensor name from the model file, any bytes
+    t.add("region", "region", 1, Trace::clock::now(), Trace::clock::now(), {{"error", std::string("bad \xff\xfe name")}});
+    const std::string path = test_dir("trace_utf8") + "/t.json";
+    ASSERT_TRUE(t.write(path).is_ok());
+    const json j = load_json(path);
+    ASSERT_EQ(complete_events(j).size(), 1u);
+    EXPECT_EQ(complete_events(j)[0]["args"]["error"], "bad \xef\xbf\xbd\xef\xbf\xbd name");  // U+FFFD twice
+}
+
 TEST(Trace, WriteToAMissingFolderIsAnErrorNotACrash) {
     Trace t(10);
     Status st = t.write(test_dir("trace_nofolder") + "/no/such/folder/t.json");

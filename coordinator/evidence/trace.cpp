@@ -100,11 +100,15 @@ nlohmann::json Trace::to_json() const {
 
 Status Trace::write(const std::string & path) const {
     const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    {
+    try {
         std::ofstream f(tmp, std::ios::trunc);
         if (!f) return Status::io_error("cannot write trace " + tmp);
-        f << to_json().dump() << '\n';
+        // replace, not throw: an error text in an event may quote bytes of the model (tensor names)
+        f << to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
         if (!f.flush()) return Status::io_error("cannot write trace " + tmp);
+    } catch (const std::exception & e) {  // out of memory for a large trace: the host's exit goes on
+        unlink(tmp.c_str());
+        return Status::io_error("cannot write trace " + path + ": " + e.what());
     }
     if (rename(tmp.c_str(), path.c_str()) != 0) {
         unlink(tmp.c_str());

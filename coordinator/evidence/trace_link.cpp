@@ -24,9 +24,7 @@ nlohmann::json message_args(const std::string & endpoint, const MsgHeader & h) {
     return a;
 }
 
-} // namespace
-
-void trace_request_sent(const std::string & endpoint, const MsgHeader & h, uint64_t bytes, std::chrono::steady_clock::time_point t0) {
+void request_sent(const std::string & endpoint, const MsgHeader & h, uint64_t bytes, std::chrono::steady_clock::time_point t0) {
     Trace * t = trace_active();
     if (t == nullptr) return;
     nlohmann::json args = message_args(endpoint, h);
@@ -34,8 +32,8 @@ void trace_request_sent(const std::string & endpoint, const MsgHeader & h, uint6
     t->add(layer_name("send", h), "send", trace_thread_id(), t0, Trace::clock::now(), std::move(args));
 }
 
-void trace_reply_taken(const std::string & endpoint, const MsgHeader & rh, uint64_t bytes_in,
-                       std::chrono::steady_clock::time_point sent, std::chrono::steady_clock::time_point wait0) {
+void reply_taken(const std::string & endpoint, const MsgHeader & rh, uint64_t bytes_in,
+                 std::chrono::steady_clock::time_point sent, std::chrono::steady_clock::time_point wait0) {
     Trace * t = trace_active();
     if (t == nullptr) return;
     const auto now = Trace::clock::now();
@@ -53,10 +51,26 @@ void trace_reply_taken(const std::string & endpoint, const MsgHeader & rh, uint6
                sent + std::chrono::microseconds(rh.service_us), {{"service_ms", service_ms}, {"layer", rh.layer}});
 }
 
-void trace_reply_missing(const std::string & endpoint, const char * why, std::chrono::steady_clock::time_point wait0) {
+void reply_missing(const std::string & endpoint, const char * why, std::chrono::steady_clock::time_point wait0) {
     Trace * t = trace_active();
     if (t == nullptr) return;
     t->add(std::string("no reply: ") + why, "wait", trace_thread_id(), wait0, Trace::clock::now(), {{"worker", endpoint}});
+}
+
+} // namespace
+
+// Recording must never fail a compute: an allocation failure loses the event, not the region.
+void trace_request_sent(const std::string & endpoint, const MsgHeader & h, uint64_t bytes, std::chrono::steady_clock::time_point t0) {
+    try { request_sent(endpoint, h, bytes, t0); } catch (const std::exception &) {}
+}
+
+void trace_reply_taken(const std::string & endpoint, const MsgHeader & rh, uint64_t bytes_in,
+                       std::chrono::steady_clock::time_point sent, std::chrono::steady_clock::time_point wait0) {
+    try { reply_taken(endpoint, rh, bytes_in, sent, wait0); } catch (const std::exception &) {}
+}
+
+void trace_reply_missing(const std::string & endpoint, const char * why, std::chrono::steady_clock::time_point wait0) {
+    try { reply_missing(endpoint, why, wait0); } catch (const std::exception &) {}
 }
 
 } // namespace moezip
