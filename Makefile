@@ -84,7 +84,7 @@ FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coor
 FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test run bench clean fixtures fuzz fuzz-build fuzz-seeds engines engine-tools
+.PHONY: all deps test run bench bench-smoke clean fixtures fuzz fuzz-build fuzz-seeds engines engine-tools
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 all: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-all
@@ -178,6 +178,12 @@ run: all
 
 bench: all
 	@MOEZIP_SHARED=$(SHARED) tools/run-bench.sh
+
+# the bench harness end to end in a few minutes: the small real model, one repetition, loopback,
+# every kind of variant (moezip's, the references and llama.cpp's RPC); numbers too few to quote
+bench-smoke: all
+	@MOEZIP_SHARED=$(SHARED) BENCH_MODELS=stories-moe8 BENCH_REPS=1 BENCH_NETS=none \
+	    BENCH_VARIANTS="single single_nr experts1 shard1 rpc_single rpc_experts rpc_tensor" tools/run-bench.sh
 
 clean:
 	rm -rf $(BUILD)

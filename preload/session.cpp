@@ -2,6 +2,7 @@
 
 #include "coordinator/config/config.h"
 #include "coordinator/evidence/evidence.h"
+#include "coordinator/evidence/trace.h"
 #include "coordinator/compute/graph_runner.h"
 #include "coordinator/modes/handler_factory.h"
 #include "coordinator/base/log.h"
@@ -61,6 +62,7 @@ struct Session {
     std::unique_ptr<RegionHandler> handler;
     std::unique_ptr<GraphRunner> runner;
     std::string report_path;
+    std::string trace_path;  // "" = no trace (config `trace`)
     std::chrono::steady_clock::time_point last_flush;
 
     std::mutex real_mu;
@@ -242,6 +244,10 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     opt.require_intercept = s.cfg.require_intercept;
     s.runner.reset(new GraphRunner(s.api, s.ev.variant, s.ev, s.ev_mu, s.handler.get(), opt));
     s.state = State::active;
+    if (!s.cfg.trace.empty()) {
+        s.trace_path = config_trace_path(s.cfg, s.pid);
+        trace_start((size_t) s.cfg.trace_max_events);
+    }
     register_late_at_exit_locked(s);
     LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
 }
@@ -275,6 +281,16 @@ void write_report(Session & s, bool complete) {
     if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
     Status st = report_write_atomic(s.report_path, j);
     if (!st) LOG_CAPPED(LogLevel::error, "%s", st.message().c_str());
+}
+
+// The timeline is written once, at exit: rewriting a file of up to trace_max_events events every
+// report_flush_ms would cost the run more than the trace is worth.
+void write_trace(Session & s) {
+    Trace * t = trace_active();
+    if (t == nullptr || s.trace_path.empty() || getpid() != s.pid) return;
+    Status st = t->write(s.trace_path);
+    if (!st) LOG_CAPPED(LogLevel::error, "%s", st.message().c_str());
+    else LOG_INFO("trace %s: %zu events, %llu dropped", s.trace_path.c_str(), t->size(), (unsigned long long) t->dropped());
 }
 
 // require_intercept: a distributed run that quietly bypassed moezip must not look like a success.
@@ -380,6 +396,7 @@ void at_exit() {
             if (s.state == State::active) LOG_WARN("%s", b.c_str());
     }
     if (s.state != State::inert) write_report(s, true);
+    write_trace(s);
     if (s.runner) s.runner->shutdown();
     if (!failure.empty()) {
         LOG_ERROR("require_intercept: %s; see %s. The run FAILED (exit status 4).", failure.c_str(),

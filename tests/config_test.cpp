@@ -32,6 +32,8 @@ const BadCase bad_cases[] = {
     {"bad_log_level.toml", "1", "log", "got \"verbose\""},
     {"timeout_negative.toml", "13", "worker[1].timeout_ms", "expected integer 1..600000, got -5"},
     {"wrong_type.toml", "2", "report_flush_ms", "expected integer 0..3600000, got string \"1000\""},
+    {"trace_empty_path.toml", "2", "trace", "expected a non-empty path, got \"\""},
+    {"trace_max_events_zero.toml", "4", "trace_max_events", "expected integer 1..10000000, got 0"},
     {"float_for_integer.toml", "2", "dispatch.connect_timeout_ms", "got float 5000.0"},
     {"min_rows_zero.toml", "3", "rows.min_rows", "expected integer 1..1000000, got 0"},
     {"shares_do_not_sum.toml", "4", "rows.local_share", "got 0.5 + 0.3 + 0.3 = 1.1"},
@@ -173,6 +175,20 @@ TEST(ConfigFile, RowsFixtureResolvesEveryField) {
     EXPECT_EQ(cfg.workers[1].timeout_ms, 800);    // its own
     EXPECT_EQ(cfg.workers[1].line, 19);
     EXPECT_EQ(config_report_path(cfg, 4242), "moezip-report.4242.json");
+}
+
+TEST(ConfigFile, TraceIsOffByDefaultAndItsPathTakesThePid) {
+    Config def;
+    EXPECT_EQ(def.trace, "");
+    EXPECT_EQ(config_trace_path(def, 7), "");
+    EXPECT_EQ(def.trace_max_events, 100000);
+    Config cfg;
+    ASSERT_TRUE(config_load_string("trace = \"t/%p.trace.%p.json\"\ntrace_max_events = 12\n", "t.toml", cfg).is_ok());
+    EXPECT_EQ(config_trace_path(cfg, 4242), "t/4242.trace.4242.json");
+    EXPECT_EQ(cfg.trace_max_events, 12);
+    // the trace changes what the run writes, so it is part of the resolved config and its digest
+    EXPECT_NE(config_describe(cfg).find("trace = \"t/%p.trace.%p.json\""), std::string::npos) << config_describe(cfg);
+    EXPECT_NE(config_digest(cfg), config_digest(def));
 }
 
 TEST(ConfigFile, ExpertsFixtureResolvesOwnership) {

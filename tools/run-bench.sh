@@ -13,6 +13,15 @@
 #   experts1_curve   experts1 over CURVE (keys made once into $BUILD/bench/keys; docs/security.md)
 #   experts1_verify  experts1 with dispatch.verify_every = BENCH_VERIFY_EVERY (default 10): one worker
 #                    result in N recomputed on the coordinator
+#   single_nr        single with --no-repack (the reference moezip's no_repack runs were once held to)
+# The incumbent, llama.cpp's RPC backend (llama-bench and ggml-rpc-server of llama.cpp built from the
+# pinned engine's source with -DGGML_RPC=ON, tools/engines/build-llamacpp.sh, cached):
+#   rpc_single       llama-bench, one node (its own reference: the same program without RPC)
+#   rpc_experts      experts of every layer on one ggml-rpc-server on the other core (-ngl 0, -ot ...=RPC0[...])
+#   rpc_tensor       --split-mode tensor over two ggml-rpc-servers, one per core (llama.cpp skips the
+#                    local CPU device for tensor parallelism, so both hosts serve through RPC)
+# Pairs: every timed run of a variant sits next to a run of its own reference (single, or rpc_single
+# for rpc_*) on the same placement, the pair's order alternating; ratios are taken within pairs.
 # Every process has one engine thread and is pinned to a core (taskset). Placement h0 = coordinator on
 # core 0, workers on core 1; h1 = swapped. Each run records moezip-run's JSON (prefill 512 tokens in
 # one ubatch of 512, then 64 decode steps), the preload's report, the coordinator's peak RSS
@@ -39,6 +48,11 @@
 #   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
 #   BENCH_VERIFY_EVERY  experts1_verify's verify_every (default 10)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
+#   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached, ~10 min);
+#                       0: skip them. BENCH_LLAMA_BUILD: a llama.cpp CMake build folder with -DGGML_RPC=ON instead
+#   BENCH_NO_REPACK     auto (default): no_repack (and --no-repack) only where the weights need it (q4_K
+#                       experts, which the engine repacks); 1: everywhere; 0: nowhere
+#   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
 #                       Phase runs are always cold: their reports would otherwise count the warm-up too.
@@ -60,7 +74,7 @@ if [ "$QUICK" = 1 ]; then
 else
     MODELS=${BENCH_MODELS:-a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8}; REPS=${BENCH_REPS:-5}
 fi
-NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1}
+NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1 rpc_experts}
 NETS=${BENCH_NETS:-1g 10g}
 [ "$NETS" = none ] && NETS=""
 NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
@@ -68,6 +82,10 @@ LOAD=${BENCH_LOAD:-mmap}
 WARMUP=${BENCH_WARMUP:-1}
 ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
 VERIFY_EVERY=${BENCH_VERIFY_EVERY:-10}
+RPC=${BENCH_RPC:-1}
+NO_REPACK=${BENCH_NO_REPACK:-auto}
+TRACE_MAX=${BENCH_TRACE_MAX:-200000}
+RPC_PORT=50052
 KEYS=$OUT/keys
 N_PREFILL=${BENCH_PREFILL:-512}
 N_UBATCH=${BENCH_UBATCH:-512}
@@ -79,9 +97,12 @@ die() { echo "bench: error: $*" >&2; exit 1; }
 say() { echo "bench: $(date +%H:%M:%S) $*"; }
 
 source "$ROOT/tools/bench/netns.sh"
+source "$ROOT/tools/bench/rpc.sh"
 
 # ---- checks ----
 case "$LOAD" in mmap|anon) ;; *) die "BENCH_LOAD must be mmap or anon, got '$LOAD'";; esac
+case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, got '$NO_REPACK'";; esac
+[[ "$TRACE_MAX" =~ ^[1-9][0-9]*$ ]] || die "BENCH_TRACE_MAX must be a positive integer, got '$TRACE_MAX'"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
 for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
 for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle"; do
@@ -96,7 +117,8 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify) ;; *) die "unknown variant '$v'";; esac
+    case "$v" in single|single_nr|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor) ;;
+        *) die "unknown variant '$v'";; esac
 done
 for n in $NETS; do case "$n" in 1g|10g) ;; *) die "BENCH_NETS: unknown link '$n' (1g, 10g or none)";; esac; done
 NET_NOTE=""
@@ -105,6 +127,23 @@ if [ -n "$NETS" ]; then
 fi
 
 mkdir -p "$OUT" "$MODELS_DIR"
+# llama.cpp with RPC for the rpc_* variants: the cached build of the pinned source (built once here if missing)
+RPC_NOTE=""
+LLAMA_BIN=""
+if [ "$RPC" = 1 ]; then
+    if [ -n "${BENCH_LLAMA_BUILD:-}" ]; then LLAMA_BIN=$BENCH_LLAMA_BUILD/bin
+    else
+        say "llama.cpp with GGML_RPC for the rpc_* variants (cached; a cold build takes ~10 min)"
+        if b=$("$ROOT/tools/engines/build-llamacpp.sh" "$ROOT/.deps/engine/node_modules/node-llama-cpp/llama/gitRelease.bundle" \
+                 2> "$OUT/llama.cpp-build.log"); then LLAMA_BIN=$b/bin
+        else RPC_NOTE="rpc variants skipped: building llama.cpp failed ($(tail -1 "$OUT/llama.cpp-build.log"))"; fi
+    fi
+    if [ -n "$LLAMA_BIN" ] && { [ ! -x "$LLAMA_BIN/llama-bench" ] || [ ! -x "$LLAMA_BIN/ggml-rpc-server" ]; }; then
+        RPC_NOTE="rpc variants skipped: $LLAMA_BIN has no llama-bench or ggml-rpc-server"; LLAMA_BIN=""
+    fi
+else
+    RPC_NOTE="rpc variants skipped (BENCH_RPC=0)"
+fi
 if [ ! -f "$KEYS/worker/moezip.key" ] || [ ! -f "$KEYS/coordinator/moezip.key" ]; then   # experts1_curve's keys, once
     rm -rf "$KEYS" && mkdir -p "$KEYS"
     "$BIN/moezip-worker" --keygen "$KEYS/worker" > /dev/null && "$BIN/moezip-worker" --keygen "$KEYS/coordinator" > /dev/null ||
@@ -112,7 +151,7 @@ if [ ! -f "$KEYS/worker/moezip.key" ] || [ ! -f "$KEYS/coordinator/moezip.key" ]
 fi
 exec 9> "$OUT/.lock"
 flock -n 9 || die "another bench is running (lock $OUT/.lock)"
-rm -rf "$RUNS"
+rm -rf "$RUNS" "$OUT/traces"   # a trace of an earlier bench must not pass for this one's
 mkdir -p "$RUNS"
 
 # ---- cleanup: every process this script started (by pid) and the namespaces, on any exit ----
@@ -164,15 +203,36 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 # 4-layer q8_0 model and the tiny real model; on the others the variants that answer their question
 # (8 layers: twice the round trips per token; q4_K: another weight type), to keep the default run
 # within ~25 minutes (a full default run took 26-30 min here). `local` always gets phase runs (the MoE
-# share for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify)
-# on the 4-layer q8_0 model only (estimated 4-5 more minutes; not yet run in full).
+# share for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify) are
+# not in the default plan since every timed run now has a paired reference run (BENCH_VARIANTS adds them;
+# docs/security.md has a side-by-side measurement).
 plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     case "$1" in
-        a3b-L4-q8_0) echo "single observe local rows1 experts1 experts1_curve experts1_verify experts2 shard1" ;;
-        a3b-L8-q8_0) echo "single experts1" ;;
-        a3b-L4-q4_K) echo "single rows1 experts1" ;;
-        *) echo "single observe local rows1 experts1 experts2 shard1" ;;
+        a3b-L4-q8_0) echo "single single_nr observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" ;;
+        a3b-L8-q8_0) echo "single experts1 rpc_single rpc_experts" ;;
+        a3b-L4-q4_K) echo "single single_nr rows1 experts1" ;;
+        *) echo "single observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts" ;;
+    esac
+}
+# without_rpc VARIANTS: the list without rpc_* when llama.cpp with RPC is not available
+without_rpc() {
+    local v out=""
+    for v in $1; do case "$v" in rpc_*) [ -n "$LLAMA_BIN" ] && out+="$v ";; *) out+="$v ";; esac; done
+    echo "$out"
+}
+# ref_of VARIANT: the reference a variant's timed runs are paired with ("" for the references)
+ref_of() { case "$1" in single|rpc_single) echo "" ;; rpc_*) echo rpc_single ;; *) echo single ;; esac; }
+# no_repack_for MODEL VARIANT: 1 when the run keeps expert weights in GGUF layout (--no-repack / no_repack = true)
+no_repack_for() {
+    case "$2" in
+        single_nr) echo 1; return ;;
+        single) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
+        rpc_*) echo 0; return ;;   # llama-bench has no --no-repack: always the engine's default
+    esac
+    case "$NO_REPACK" in
+        1) echo 1 ;; 0) echo 0 ;;
+        auto) case "$1" in *q4_K*) echo 1 ;; *) echo 0 ;; esac ;;   # the engine repacks q4_K experts (CPU_REPACK)
     esac
 }
 
@@ -184,6 +244,8 @@ W_MIB=()
 # (not loopback) is plain with --insecure (the namespaces are the bench's own).
 W_CURVE=0
 CFG_VERIFY=0   # write_config: dispatch.verify_every
+CFG_NO_REPACK=1  # write_config: no_repack = true
+CFG_TRACE=""   # write_config: trace path ("" = none)
 start_worker() {
     local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() t pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
@@ -231,7 +293,8 @@ write_config() {
         echo "mode = \"$mode\""
         echo "report = \"$report\""
         echo "report_flush_ms = 0"
-        echo "no_repack = true"
+        [ "$CFG_NO_REPACK" = 1 ] && echo "no_repack = true"
+        if [ -n "$CFG_TRACE" ]; then echo "trace = \"$CFG_TRACE\""; echo "trace_max_events = $TRACE_MAX"; fi
         [ "$mode" != observe ] && echo "require_intercept = true"
         echo "[dispatch]"
         echo "timeout_ms = 120000"
@@ -254,13 +317,15 @@ write_config() {
     } > "$file"
 }
 
-# run_one MODEL VARIANT NET PLACEMENT KIND REP: one host run (and its workers); appends to $RUNS.
-# KIND: timed (prefill + decode), prefill (-n 1), decode (1-token prompt, N_DECODE steps).
+# run_one MODEL VARIANT NET PLACEMENT KIND REP [PAIR]: one host run (and its workers); appends to $RUNS.
+# KIND: timed (prefill + decode), prefill (-n 1), decode (1-token prompt, N_DECODE steps; hooked
+# variants write their trace, kept as $OUT/traces/<model>-<variant>-<net>.json). PAIR: the timed pair
+# the run belongs to (a variant and its reference, side by side), "" outside pairs.
 N_RUN=0
 N_FAILED=0
 run_one() {
-    local m=$1 v=$2 net=$3 place=$4 kind=$5 rep=$6
-    local model E half id host_core wcore ns="" mode="" n_workers=0 local_ex="" wl="" i rc=0
+    local m=$1 v=$2 net=$3 place=$4 kind=$5 rep=$6 pair=${7:-}
+    local model E half id host_core wcore ns="" mode="" n_workers=0 local_ex="" wl="" i rc=0 engine=moezip-run nr
     model=$(model_path "$m")
     E=$(model_n_expert "$m"); half=$((E / 2))
     N_RUN=$((N_RUN + 1))
@@ -273,7 +338,14 @@ run_one() {
         experts1|experts1_curve|experts1_verify) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
         experts2) mode=experts; n_workers=2 ;;
         shard1) mode=shard; n_workers=1 ;;
+        rpc_single) engine=llama-bench ;;
+        rpc_experts) engine=llama-bench; n_workers=1 ;;
+        rpc_tensor) engine=llama-bench; n_workers=2 ;;   # a server on each core: this host's and the worker's
     esac
+    nr=$(no_repack_for "$m" "$v")
+    CFG_NO_REPACK=$nr
+    CFG_TRACE=""
+    [ "$kind" = decode ] && [ -n "$mode" ] && CFG_TRACE="$RUNS/$id.trace.json"
     W_CURVE=0; CFG_VERIFY=0
     if [ "$v" = experts1_curve ]; then W_CURVE=1; fi
     if [ "$v" = experts1_verify ]; then CFG_VERIFY=$VERIFY_EVERY; fi
@@ -286,6 +358,15 @@ run_one() {
         experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
     esac
     for ((i = 0; i < n_workers; i++)); do
+        if [ "$engine" = llama-bench ]; then
+            # rpc_tensor: server 0 on this host's core (its loopback), server 1 on the worker's; rpc_experts: one, the worker's
+            local rcore=$wcore rns="" rhost=127.0.0.1 wi=$i
+            [ "$v" = rpc_tensor ] && wi=$((i - 1))
+            if [ "$v" = rpc_tensor ] && [ "$i" = 0 ]; then rcore=$host_core; rns=$ns
+            elif [ "$net" != lo ]; then rns=${NET_NS_WORKERS[$wi]}; rhost=$(net_worker_addr "$wi"); fi
+            start_rpc_server "$i" "$rcore" "$rns" "$rhost" || { ok=0; break; }
+            continue
+        fi
         if [ "$net" = lo ]; then wns[$i]=""; wbind[$i]="tcp://127.0.0.1:*"
         else wns[$i]=${NET_NS_WORKERS[$i]}; wbind[$i]="tcp://$(net_worker_addr "$i"):5601"; fi
         start_worker "$i" "$wcore" "${wns[$i]}" "${wbind[$i]}" "$model" "${wex[$i]}" || { ok=0; break; }
@@ -293,7 +374,9 @@ run_one() {
     done
     # host
     local pre=() envs=() args=() cfg="$RUNS/$id.toml" report="$RUNS/$id.report.json" t0 t1 la0 la1 wire0="0 0" wire1="0 0"
-    args=(-m "$model" -b "$N_UBATCH" -t 1 --no-repack --quiet --json "$RUNS/$id.run.json")
+    local cmd=("$BIN/moezip-run")
+    args=(-m "$model" -b "$N_UBATCH" -t 1 --quiet --json "$RUNS/$id.run.json")
+    [ "$nr" = 1 ] && args+=(--no-repack)
     case "$kind" in
         timed) args+=(--fixture "$N_PREFILL" -n "$((N_DECODE + 1))")
                [ "$WARMUP" = 1 ] && args+=(--warmup) ;;
@@ -301,6 +384,16 @@ run_one() {
         decode) args+=(--fixture 1 -n "$((N_DECODE + 1))") ;;
     esac
     [ "$LOAD" = anon ] && args+=(--no-mmap)
+    if [ "$engine" = llama-bench ] && [ "$ok" = 1 ]; then
+        # the same lengths, ubatch and thread count; llama-bench times the prompt and the decode as two
+        # tests, each after one untimed warm-up run of its own (decode from an empty context)
+        local extra=()
+        read -ra extra <<< "$(rpc_bench_args "$v" "${W_EP[@]+"${W_EP[@]}"}")"
+        cmd=(env "LD_LIBRARY_PATH=$LLAMA_BIN" "$LLAMA_BIN/llama-bench")
+        args=(-m "$model" -p "$N_PREFILL" -n "$N_DECODE" -b "$N_UBATCH" -ub "$N_UBATCH" -t 1 -r 1 -o json "${extra[@]}")
+        [ "$WARMUP" = 1 ] || args+=(--no-warmup)
+        [ "$LOAD" = anon ] && args+=(-lm none)   # read into memory, as --no-mmap
+    fi
     if [ -n "$mode" ]; then
         printf '%s' "$wl" | write_config "$cfg" "$mode" "$report" "$local_ex"
         envs=(env "LD_PRELOAD=$PRELOAD" "MOEZIP_CONFIG=$cfg")
@@ -312,8 +405,8 @@ run_one() {
     t0=$(date +%s%N)
     if [ "$ok" = 1 ]; then
         timeout --kill-after=10 "$RUN_TIMEOUT" /usr/bin/time -o "$RUNS/$id.time" -f '%M %e %U %S' \
-            "${pre[@]+"${pre[@]}"}" "${envs[@]+"${envs[@]}"}" "$BIN/moezip-run" "${args[@]}" \
-            > /dev/null 2> "$RUNS/$id.err" &
+            "${pre[@]+"${pre[@]}"}" "${envs[@]+"${envs[@]}"}" "${cmd[@]}" "${args[@]}" \
+            > "$RUNS/$id.out" 2> "$RUNS/$id.err" &
         HOST_PID=$!
         wait "$HOST_PID" || rc=$?
         HOST_PID=""
@@ -322,6 +415,12 @@ run_one() {
     fi
     t1=$(date +%s%N)
     la1=$(cut -d' ' -f1 /proc/loadavg)
+    if [ "$engine" = llama-bench ] && [ "$rc" = 0 ]; then
+        node "$ROOT/tools/bench/llama-bench-run.js" "$RUNS/$id.out" > "$RUNS/$id.run.json" || rc=98
+    fi
+    if [ -n "$CFG_TRACE" ] && [ -s "$CFG_TRACE" ]; then
+        mkdir -p "$OUT/traces" && cp "$CFG_TRACE" "$OUT/traces/$m-$v-$net.json"
+    fi
     [ -n "$ns" ] && wire1=$(net_bytes)
     stop_workers
     local rss=0 hwm="" mib=""
@@ -329,12 +428,13 @@ run_one() {
     for ((i = 0; i < n_workers; i++)); do
         hwm+="${hwm:+,}${W_HWM[$i]:-0}"; mib+="${mib:+,}${W_MIB[$i]:-0}"
     done
-    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s}\n' \
+    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s,"engine":"%s","pair":"%s","no_repack":%s}\n' \
         "$id" "$m" "$v" "${mode:-none}" "$n_workers" "$net" "$place" "$host_core" "$wcore" "$kind" "$rep" "$LOAD" "$ROWS_SHARE" \
         "$rc" "$(( (t1 - t0) / 1000000 ))" "${rss:-0}" "$hwm" "$mib" \
         "$(( ${wire1% *} - ${wire0% *} ))" "$(( ${wire1#* } - ${wire0#* } ))" "$la0" "$la1" \
         "$id.run.json" "$([ -n "$mode" ] && echo "$id.report.json")" "$([ "$PIN" = 1 ] && echo true || echo false)" \
-        "$N_PREFILL" "$N_UBATCH" "$N_DECODE" "$([ "$WARMUP" = 1 ] && [ "$kind" = timed ] && echo true || echo false)" > "$RUNS/$id.meta.json"
+        "$N_PREFILL" "$N_UBATCH" "$N_DECODE" "$([ "$WARMUP" = 1 ] && [ "$kind" = timed ] && echo true || echo false)" \
+        "$engine" "$pair" "$([ "$nr" = 1 ] && echo true || echo false)" > "$RUNS/$id.meta.json"
     if [ "$rc" -ne 0 ]; then
         N_FAILED=$((N_FAILED + 1))
         echo "bench: run $id failed (status $rc): $(grep -v '^moezip\[' "$RUNS/$id.err" | tail -2 | tr '\n' ' ')" >&2
@@ -360,14 +460,25 @@ if [ -n "$NETS" ]; then
     NET_UP=1
 fi
 
+NET_VARIANTS=$(without_rpc "$NET_VARIANTS")
+[ -n "$RPC_NOTE" ] && say "$RPC_NOTE"
 for m in $MODELS; do
     prepare_model "$m"
-    variants=$(plan_for "$m")
+    variants=$(without_rpc "$(plan_for "$m")")
     nets_here=""
     for x in $NET_MODELS; do [ "$x" = "$m" ] && nets_here=$NETS; done
-    # combos of this model: "variant net placement"
+    # combos of this model: "variant net placement"; each variant's timed runs are paired with its
+    # reference's (ref_of), so a reference is a combo of its own only when no variant of the plan uses it
     combos=()
-    for v in $variants; do for p in $PLACES; do combos+=("$v lo $p"); done; done
+    for v in $variants; do
+        r=$(ref_of "$v")
+        if [ -z "$r" ]; then
+            used=0
+            for x in $variants $NET_VARIANTS; do [ "$(ref_of "$x")" = "$v" ] && used=1; done
+            [ "$used" = 1 ] && continue
+        fi
+        for p in $PLACES; do combos+=("$v lo $p"); done
+    done
     for v in $NET_VARIANTS; do for n in $nets_here; do for p in $PLACES; do combos+=("$v $n $p"); done; done; done
 
     say "$m: warm-up (page cache, one unhooked run per core)"
@@ -377,7 +488,7 @@ for m in $MODELS; do
     # phase runs (placement h0): local and every distributed variant, per link
     phase=()
     for v in local $variants; do case "$v" in local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify) phase+=("$v lo");; esac; done
-    for v in $NET_VARIANTS; do for n in $nets_here; do phase+=("$v $n"); done; done
+    for v in $NET_VARIANTS; do case "$v" in rpc_*) ;; *) for n in $nets_here; do phase+=("$v $n"); done;; esac; done
     seen=" "
     for c in "${phase[@]}"; do
         case "$seen" in *" $c "*) continue;; esac
@@ -388,16 +499,25 @@ for m in $MODELS; do
         [ "$v" != rows1 ] && run_one "$m" "$v" "$n" h0 decode 0   # rows mode decodes locally (min_rows 2)
     done
 
-    say "$m: ${#combos[@]} runs per repetition x $REPS"
+    say "$m: ${#combos[@]} pairs per repetition x $REPS (each a variant and its reference, side by side)"
     for ((rep = 1; rep <= REPS; rep++)); do
         order=("${combos[@]}")
         if ((rep % 2 == 0)); then
             order=(); for ((i = ${#combos[@]} - 1; i >= 0; i--)); do order+=("${combos[$i]}"); done
         fi
+        k=0
         for c in "${order[@]}"; do
             read -r v n p <<< "$c"
+            k=$((k + 1))
             [ "$n" != lo ] && net_shape "${n}bit"
-            run_one "$m" "$v" "$n" "$p" timed "$rep"
+            r=$(ref_of "$v")
+            if [ -z "$r" ]; then run_one "$m" "$v" "$n" "$p" timed "$rep"; continue; fi
+            # which of the two goes first alternates, so a drift within a pair falls on both alike
+            if (( (rep + k) % 2 )); then
+                run_one "$m" "$r" lo "$p" timed "$rep" "r$rep-$k"; run_one "$m" "$v" "$n" "$p" timed "$rep" "r$rep-$k"
+            else
+                run_one "$m" "$v" "$n" "$p" timed "$rep" "r$rep-$k"; run_one "$m" "$r" lo "$p" timed "$rep" "r$rep-$k"
+            fi
         done
     done
 done
@@ -408,6 +528,6 @@ T_END=$(date +%s)
 say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
 
 summary_rc=0
-BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
+BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
 [ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
 [ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"

@@ -2,6 +2,7 @@
 
 #include "coordinator/base/log.h"
 #include "coordinator/base/test_fault.h"
+#include "coordinator/evidence/trace.h"
 #include "coordinator/wire/transport.h"
 
 #include <algorithm>
@@ -183,7 +184,13 @@ Status GraphRunner::handle_region(const MoeRegion & r, LayerCounters & delta, st
             thrown = true;
             throw std::runtime_error("test fault throw_in_region");
         }
+        TraceSpan span("region", "region");
+        if (span.on()) {
+            span.rename("layer " + std::to_string(r.il) + " (" + std::to_string(r.n_tokens) + " rows)");
+            span.args() = {{"layer", r.il}, {"rows", r.n_tokens}, {"n_used", r.n_used}, {"n_expert", r.n_expert}};
+        }
         Status st = handler_->compute(r, delta);
+        if (span.on() && !st) span.args()["error"] = st.message();
         recovered = handler_->take_errors();
         return st;
     } catch (const std::exception & e) {

@@ -1,5 +1,7 @@
 #include "coordinator/compute/moe_exec.h"
 
+#include "coordinator/evidence/trace.h"
+
 #include <cstring>
 #include <string>
 
@@ -44,6 +46,8 @@ uint8_t * carve(std::vector<uint8_t> & buf, size_t & used, size_t bytes) {
 
 Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, float * out, const MoeBuffers * bufs) {
     if (b.n_rows == 0) return Status::ok();
+    TraceSpan span("compute here", "compute");  // the coordinator's own part (the worker never traces)
+    if (span.on()) span.args() = {{"rows", b.n_rows}, {"slots", b.n_rows * b.k}, {"ff_count", w.ff_count}};
     const int64_t n_embd = w.gate_exps->ne[0], n_ff_all = w.gate_exps->ne[1], n_expert = w.gate_exps->ne[2];
     const bool sliced = w.ff_count > 0;
     if (b.k < 1 || b.n_rows < 0 || b.hidden_stride < (size_t) n_embd * sizeof(float))

@@ -255,7 +255,7 @@ struct Reader {
     }
 
     void read_top(const toml::table & root) {
-        check_known(root, "", {"mode", "report", "report_flush_ms", "require_intercept", "on_mismatch", "strict",
+        check_known(root, "", {"mode", "report", "report_flush_ms", "trace", "trace_max_events", "require_intercept", "on_mismatch", "strict",
                                "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
                                "worker_server", "verify_every", "numerics"});
         read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
@@ -264,6 +264,11 @@ struct Reader {
         if (line > 0 && report.empty()) issues.push_back({line, "report: expected a non-empty path, got \"\""});
         else if (line > 0) cfg.report = report;
         read_int(root, "", "report_flush_ms", 0, 3600000, cfg.report_flush_ms);
+        std::string trace;
+        line = read_string(root, "", "trace", trace);
+        if (line > 0 && trace.empty()) issues.push_back({line, "trace: expected a non-empty path, got \"\""});
+        else if (line > 0) cfg.trace = trace;
+        read_int(root, "", "trace_max_events", 1, 10000000, cfg.trace_max_events);
         read_bool(root, "", "require_intercept", cfg.require_intercept);
         read_choice(root, "", "on_mismatch", {"passthrough", "abort"}, cfg.on_mismatch);
         read_bool(root, "", "strict", cfg.strict);

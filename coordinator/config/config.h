@@ -133,6 +133,10 @@ struct Config {
     ConfigMode mode = ConfigMode::observe;       ///< default observe
     std::string report = "moezip-report.%p.json";  ///< report path; "%p" = pid (config_report_path)
     int report_flush_ms = 1000;       ///< periodic report flush, ms, 0 = only at exit; 0..3600000
+    /// Per-call timeline (Chrome trace events, coordinator/evidence/trace.h), written at exit; "%p" =
+    /// pid (config_trace_path); default "" = no trace.
+    std::string trace;
+    int trace_max_events = 100000;    ///< events kept in the trace, 1..10000000; more are counted as dropped
     bool require_intercept = false;   ///< a MoE region not handled as configured fails the run loudly
     MismatchPolicy on_mismatch = MismatchPolicy::passthrough;  ///< default passthrough
     bool strict = false;              ///< a bad config makes the host exit (status 3) instead of passthrough
@@ -182,6 +186,9 @@ Status config_check_expert_coverage(const Config & cfg, int n_expert);
 
 /// The report path with every "%p" replaced by `pid`.
 std::string config_report_path(const Config & cfg, int pid);
+
+/// The trace path with every "%p" replaced by `pid` ("" when no trace is configured).
+std::string config_trace_path(const Config & cfg, int pid);
 
 /// Why this host keeps the workers' experts resident: "" when it does not (mode "experts" with
 /// workers, experts.release_unowned, no shadow checks), else the reason for the report.

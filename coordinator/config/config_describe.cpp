@@ -135,6 +135,8 @@ std::string config_describe(const Config & c) {
     l.add_str("mode", config_mode_name(c.mode));
     l.add_str("report", c.report);
     l.add("report_flush_ms", c.report_flush_ms);
+    l.add_str("trace", c.trace);
+    l.add("trace_max_events", c.trace_max_events);
     l.add("require_intercept", c.require_intercept);
     l.add_str("on_mismatch", config_mismatch_name(c.on_mismatch));
     l.add("strict", c.strict);
@@ -152,14 +154,19 @@ uint64_t config_digest(const Config & c) {
     return XXH3_64bits(text.data(), text.size());
 }
 
-std::string config_report_path(const Config & cfg, int pid) {
-    std::string s = cfg.report;
-    std::string p = std::to_string(pid);
-    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) {
-        s.replace(pos, 2, p);
-    }
+namespace {
+
+std::string with_pid(std::string s, int pid) {
+    const std::string p = std::to_string(pid);
+    for (size_t pos = s.find("%p"); pos != std::string::npos; pos = s.find("%p", pos + p.size())) s.replace(pos, 2, p);
     return s;
 }
+
+} // namespace
+
+std::string config_report_path(const Config & cfg, int pid) { return with_pid(cfg.report, pid); }
+
+std::string config_trace_path(const Config & cfg, int pid) { return with_pid(cfg.trace, pid); }
 
 std::string config_why_experts_resident(const Config & cfg) {
     if (cfg.mode != ConfigMode::experts) return "mode is not \"experts\"";

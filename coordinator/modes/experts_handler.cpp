@@ -1,6 +1,7 @@
 #include "coordinator/modes/dispatch_handler.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/evidence/trace.h"
 #include "coordinator/modes/expert_balance.h"
 #include "coordinator/modes/split.h"
 #include "coordinator/modes/weight_release.h"
@@ -203,6 +204,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     c.ms_wait += ms_between(t_local, std::chrono::steady_clock::now());
 
     // 4. combine
+    TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
     if (exact) {
         moe_sum_slots(slots_.data(), E, k, n, out);  // every slot in slot order: the engine's ADD chain

@@ -1,5 +1,7 @@
 #include "coordinator/modes/dispatch_handler.h"
 
+#include "coordinator/evidence/trace.h"
+
 #include <chrono>
 #include <cstring>
 
@@ -126,6 +128,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.local_slots += n * k;
     }
     // 5. reduce in slice order, whoever computed each slice: the result does not depend on failures
+    TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
     bool first = true;
     for (size_t i = 0; i < slices.size(); ++i) {

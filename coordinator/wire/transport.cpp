@@ -1,5 +1,6 @@
 #include "coordinator/wire/transport.h"
 
+#include "coordinator/evidence/trace_link.h"
 #include "coordinator/wire/endpoint_probe.h"
 
 #include <algorithm>
@@ -145,6 +146,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         }
         ++stats_.requests;
         stats_.bytes_out += bytes;
+        trace_request_sent(endpoint_, h, bytes, sent_at_);
     } catch (const zmq::error_t & e) {
         return Status::io_error(endpoint_ + ": send: " + e.what());
     }
@@ -153,11 +155,13 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
 
 Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & data) {
     const auto deadline = sent_at_ + std::chrono::milliseconds(timeout_ms_);
+    const auto wait0 = std::chrono::steady_clock::now();  // for the trace: when this host began to wait
     try {
         for (;;) {
             if (!(poll_until(*sock_, ZMQ_POLLIN, deadline) & ZMQ_POLLIN)) {
                 if (g_stopping) return Status::io_error(endpoint_ + ": no reply taken, the process is exiting");
                 ++stats_.timeouts;
+                trace_reply_missing(endpoint_, "timeout", wait0);
                 return Status::timeout(endpoint_ + ": no reply within " + std::to_string(timeout_ms_) + " ms");
             }
             std::vector<zmq::message_t> parts;
@@ -165,7 +169,9 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             if (!capped) return capped;
             std::vector<const void *> ptrs;
             std::vector<size_t> sizes;
+            uint64_t bytes_in = 0;
             for (auto & p : parts) {
+                bytes_in += p.size();
                 ptrs.push_back(p.data());
                 sizes.push_back(p.size());
                 stats_.bytes_in += p.size();
@@ -197,6 +203,7 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                     stats_.rtt_minus_service_ms.push_back(rtt - service);
                 }
             }
+            trace_reply_taken(endpoint_, h, bytes_in, sent_at_, wait0);
             if (parts.size() > 1) data = std::move(parts[1]); else data.rebuild(0);
             if (h.kind == static_cast<uint16_t>(MsgKind::error)) {
                 ++stats_.errors;

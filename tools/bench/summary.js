@@ -1,5 +1,6 @@
-// make bench (tools/run-bench.sh): turns the runs in OUT/runs into OUT/bench.json, OUT/table.md
-// (printed too) and OUT/trace-<model>.json (one decode step per variant, Chrome trace events).
+// make bench (tools/run-bench.sh): turns the runs in OUT/runs into OUT/bench.json and OUT/table.md
+// (printed too). The per-variant timelines are the preload's own traces (config `trace`), which the
+// driver keeps in OUT/traces/; bench.json lists them.
 //   node tools/bench/summary.js OUT
 // Exit 0; 1 when a distributed run's logits differ from the single-node run's or a report shows a
 // region not handled as configured, a fallback or a failed hash; 2 when OUT/runs has no runs.
@@ -9,9 +10,10 @@ const os = require("os");
 const path = require("path");
 const { read_json, median, summary, fmt, tidy } = require("./stats.js");
 const { phase_record } = require("./phase.js");
-const { build_trace } = require("./trace.js");
+const { pair_ratios, run_stalled, REFERENCE_OF, ratio_of_medians_ci } = require("./pairs.js");
 const { amdahl_rows, target_rows } = require("./targets.js");
 const { floor_rows } = require("./floor.js");
+const { projection_rows, ASSUMPTIONS } = require("./projection.js");
 const tables = require("./tables.js");
 
 const OUT = process.argv[2];
@@ -61,12 +63,20 @@ function timed_groups(runs) {
     }
     const ok = (rs) => rs.filter((r) => r.rc === 0 && r.run_json);
     const tok = (rs, ph) => ok(rs).map((r) => r.run_json[ph].tok_s);
-    const reference = new Map();  // model -> logits of a single-node run
-    for (const r of ok(timed)) if (r.variant === "single" && !reference.has(r.model)) reference.set(r.model, r.run_json.logits_xxh3);
+    // logits of the unhooked run with the same weight layout: repacked kernels (the engine's default)
+    // need not give the bits of the GGUF-layout ones that no_repack runs use
+    const reference = new Map();  // model|no_repack -> logits
+    for (const r of ok(timed)) {
+        const k = key(r.model, !!r.no_repack);
+        if ((r.variant === "single" || r.variant === "single_nr") && !reference.has(k)) reference.set(k, r.run_json.logits_xxh3);
+    }
+    const by_pair = new Map();  // pair id -> its runs
+    for (const r of timed) if (r.pair) by_pair.set(key(r.model, r.pair), (by_pair.get(key(r.model, r.pair)) || []).concat([r]));
     const out = [];
     for (const [k, rs] of groups) {
         const r0 = rs[0];
-        const base = groups.get(key(r0.model, "single", "lo", r0.placement)) || [];
+        const ref_variant = REFERENCE_OF(r0.variant);
+        const base = groups.get(key(r0.model, ref_variant || r0.variant, "lo", r0.placement)) || [];
         const g = {
             model: r0.model, variant: r0.variant, mode: r0.mode, n_workers: r0.n_workers, net: r0.net,
             placement: r0.placement, rows_share: r0.rows_share, host_core: r0.host_core, worker_core: r0.worker_core, runs: rs.length,
@@ -81,24 +91,48 @@ function timed_groups(runs) {
             worker_expert_mib: r0.worker_expert_mib,
             loadavg_median: median(rs.map((r) => r.loadavg[0])),
             problems: [...new Set(rs.flatMap(run_problems))],
+            engine: r0.engine || "moezip-run", no_repack: !!r0.no_repack, reference: ref_variant,
         };
-        const ref = reference.get(g.model);
-        g.identical_logits = ref ? ok(rs).every((r) => JSON.stringify(r.run_json.logits_xxh3) === JSON.stringify(ref)) : null;
+        const ref = reference.get(key(g.model, g.no_repack));
+        // llama-bench exposes no logits: its variants are timed, not compared
+        g.identical_logits = ref && g.engine !== "llama-bench"
+            ? ok(rs).every((r) => JSON.stringify(r.run_json.logits_xxh3) === JSON.stringify(ref)) : null;
         // shard mode adds partial sums over n_ff: close to the single node, not bit-identical by design
-        g.exact_by_design = g.mode !== "shard";
+        g.exact_by_design = g.mode !== "shard" && g.engine !== "llama-bench";
         for (const ph of ["prefill", "decode"]) {
             const b = median(tok(base, ph));
-            g[ph].ratio_to_single = b && g[ph].median !== null ? g[ph].median / b : null;
-            // the same ratio per repetition (this run / the single run of the same repetition), robust to drift
-            g[ph].paired_ratio_median = median(ok(rs).map((r) => {
-                const s = ok(base).find((x) => x.rep === r.rep);
-                return s ? r.run_json[ph].tok_s / s.run_json[ph].tok_s : NaN;
-            }));
+            g[ph].ratio_to_single = ref_variant && b && g[ph].median !== null ? g[ph].median / b : ref_variant ? null : 1;
+            // each run over its own reference run, taken side by side (the pair): robust to drift
+            Object.assign(g[ph], pair_ratios(ok(rs), by_pair, ref_variant, ph));
         }
+        const stalls = ok(rs).map(run_stalled).filter((x) => x !== null);
+        g.stalled_runs = stalls.filter(Boolean).length;
+        g.stall_checked_runs = stalls.length;
         g.notes = [];
-        if (g.n_workers === 2) g.notes.push("3 processes on 2 cores: both workers share one core");
+        if (g.variant === "experts2") g.notes.push("3 processes on 2 cores: both workers share one core");
         if (g.net !== "lo") g.notes.push(`tbf ${g.net}bit veth, no added delay (no netem)`);
+        // ggml-rpc-server copies what it is sent into its own buffers: anonymous memory, whatever the client maps
+        if ((g.variant === "rpc_experts" || g.variant === "rpc_tensor") && r0.load === "mmap")
+            g.notes.push("the RPC server holds its tensors in anonymous memory, the other rows map the file: compare with BENCH_LOAD=anon");
+        if (g.variant === "rpc_tensor") g.notes.push("llama.cpp skips the CPU device for tensor parallelism: a ggml-rpc-server on each core");
+        for (const ph of ["prefill", "decode"])
+            if (g[ph].bimodal) g.notes.push(`${ph} bimodal: ${g[ph].bimodal.n_low} runs at ${fmt(g[ph].bimodal.low, 2)}, ` +
+                                            `${g[ph].bimodal.n_high} at ${fmt(g[ph].bimodal.high, 2)} tok/s`);
         out.push(g);
+    }
+    // moezip's experts and shard variants against the incumbent's experts-on-server run, same link and cores
+    for (const g of out) {
+        const rpc = out.find((x) => x.variant === "rpc_experts" && x.model === g.model && x.net === g.net && x.placement === g.placement);
+        if (!rpc || g.engine === "llama-bench" || g.n_workers === 0) continue;
+        const rs = groups.get(key(g.model, g.variant, g.net, g.placement)), rr = groups.get(key(g.model, "rpc_experts", g.net, g.placement));
+        const one = (v) => groups.get(key(g.model, v, "lo", g.placement)) || [];
+        for (const ph of ["prefill", "decode"]) {
+            g[ph].vs_rpc_experts = ratio_of_medians_ci(tok(rs, ph), tok(rr, ph));
+            // the same with each side over its own harness's one-node run (moezip-run's single, llama-bench's
+            // rpc_single): what is left when the two programs time one node differently (small models)
+            const s = median(tok(one("single"), ph)), rsg = median(tok(one("rpc_single"), ph));
+            g[ph].vs_rpc_experts_normalised = g[ph].vs_rpc_experts && s && rsg ? g[ph].vs_rpc_experts.point * rsg / s : null;
+        }
     }
     return out;
 }
@@ -107,6 +141,15 @@ function timed_groups(runs) {
 function report_memory(r, k) {
     const m = r.report_json && r.report_json.memory;
     return m && typeof m[k] === "number" && m[k] >= 0 ? m[k] : NaN;
+}
+
+/// The per-variant traces the driver kept (OUT/traces/<model>-<variant>-<net>.json).
+function list_traces() {
+    try {
+        return fs.readdirSync(path.join(OUT, "traces")).filter((n) => n.endsWith(".json")).sort().map((n) => path.join(OUT, "traces", n));
+    } catch (e) {
+        return [];
+    }
 }
 
 function phase_records(runs) {
@@ -164,15 +207,9 @@ function main() {
             .filter(Boolean),
         failed_runs: failed,
         groups, phases, amdahl, floor, memory, targets,
-        traces: [],
+        projection: { rows: projection_rows(groups), assumptions: ASSUMPTIONS },
+        traces: list_traces(),
     };
-    for (const m of [...new Set(phases.map((p) => p.model))]) {
-        const t = build_trace(m, phases.filter((p) => p.model === m));
-        if (t.traceEvents.length === 0) continue;
-        const file = path.join(OUT, `trace-${m}.json`);
-        fs.writeFileSync(file, JSON.stringify(t));
-        bench.traces.push(file);
-    }
     const text = tables.render(bench);
     fs.writeFileSync(path.join(OUT, "bench.json"), JSON.stringify(tidy(bench), null, 1) + "\n");
     fs.writeFileSync(path.join(OUT, "table.md"), text);

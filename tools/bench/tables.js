@@ -2,7 +2,14 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1"];
+const VARIANTS = ["single", "single_nr", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
+                  "rpc_single", "rpc_experts", "rpc_tensor"];
+/// How a variant is shown: the references say which one they are.
+const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", rpc_single: "rpc_single (llama-bench, one node)",
+                rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
+const label = (g) => LABEL[g.variant] || g.variant;
+/// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.
+const ci = (c) => (!c ? "-" : c.lo === null ? `${fmt(c.point, 2)}x (no interval: ${c.n} ${c.n === 1 ? "pair" : "pairs"})` : `${fmt(c.point, 2)}x [${fmt(c.lo, 2)}, ${fmt(c.hi, 2)}]`);
 const NETS = ["lo", "1g", "10g"];
 const order = (a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0) ||
                         NETS.indexOf(a.net) - NETS.indexOf(b.net) ||
@@ -22,15 +29,27 @@ function table(head, rows) {
 
 function speed_table(groups) {
     const rows = [...groups].sort(order).map((g) => [
-        g.model, link(g.net), g.variant, cores(g),
-        `${fmt(g.prefill.median, 1)} ±${fmt(g.prefill.spread_pct, 0)}%`, x2(g.prefill.ratio_to_single),
-        `${fmt(g.decode.median, 2)} ±${fmt(g.decode.spread_pct, 0)}%`, x2(g.decode.ratio_to_single),
+        g.model, link(g.net), label(g), g.reference || "-", cores(g),
+        `${fmt(g.prefill.median, 1)} ±${fmt(g.prefill.spread_pct, 0)}%`, ci(g.prefill.ci95),
+        `${fmt(g.decode.median, 2)} ±${fmt(g.decode.spread_pct, 0)}%`, ci(g.decode.ci95) + (g.decode.ci95 && !g.decode.resolved_5pct ? " (not ±5%)" : ""),
         g.identical_logits === null ? "-" : g.identical_logits ? "yes" : g.exact_by_design ? "**no**" : "no (partial sums, by design)",
         fmt(g.coordinator_rss_mib, 0), g.worker_rss_mib.map((x) => fmt(x, 0)).join(" + ") || "-",
+        g.stall_checked_runs ? `${g.stalled_runs}/${g.stall_checked_runs}` : "-",
         `${g.runs - g.failed}/${g.runs}` + (g.notes.length ? `; ${g.notes.join("; ")}` : ""),
     ]);
-    return table(["model", "link", "variant", "cores (coord / workers)", "prefill tok/s", "x single", "decode tok/s",
-                  "x single", "same logits", "coord. RSS MiB", "worker RSS MiB", "runs; note"], rows);
+    return table(["model", "link", "variant", "paired with", "cores (coord / workers)", "prefill tok/s", "prefill x ref (paired, 95% CI)",
+                  "decode tok/s", "decode x ref (paired, 95% CI)", "same logits", "coord. RSS MiB", "worker RSS MiB",
+                  "stalled runs (rtt p99 >= 5x p50)", "runs; note"], rows);
+}
+
+/// moezip's distributed variants against llama.cpp's RPC experts-on-server run (ratio of medians,
+/// both run sets resampled), same model, link and cores.
+function rpc_table(groups) {
+    const rows = [...groups].filter((g) => g.prefill.vs_rpc_experts || g.decode.vs_rpc_experts).sort(order).map((g) => [
+        g.model, link(g.net), g.variant, cores(g), ci(g.prefill.vs_rpc_experts), x2(g.prefill.vs_rpc_experts_normalised),
+        ci(g.decode.vs_rpc_experts), x2(g.decode.vs_rpc_experts_normalised)]);
+    return table(["model", "link", "variant", "cores", "prefill x rpc_experts (tok/s, 95% CI)", "same, each over its own one-node run",
+                  "decode x rpc_experts (tok/s, 95% CI)", "same, each over its own one-node run"], rows);
 }
 
 function time_table(phases) {
@@ -83,14 +102,23 @@ function memory_table(memory) {
 
 function target_table(targets) {
     const names = [...new Set(targets.map((t) => t.target))];
+    const value = (t) => (t.lo !== undefined ? `${fmt(t.value, 3)} [${fmt(t.lo, 3)}, ${fmt(t.hi, 3)}]` : fmt(t.value, 3));
     const rows = names.map((n) => {
         const ts = targets.filter((t) => t.target === n);
-        const missed = ts.filter((t) => !t.met);
-        return [n, `${ts.length - missed.length}/${ts.length}`,
-                missed.slice(0, 8).map((t) => `${t.model} ${t.variant} ${link(t.net)} ${t.placement} ${t.phase}: ${fmt(t.value, 3)}`)
-                      .join("; ") + (missed.length > 8 ? `; ... (${missed.length - 8} more)` : "")];
+        const missed = ts.filter((t) => t.verdict === "missed"), open = ts.filter((t) => t.verdict === "not resolved");
+        const list = (xs) => xs.slice(0, 8).map((t) => `${t.model} ${t.variant} ${link(t.net)} ${t.placement} ${t.phase}: ${value(t)}`)
+                               .join("; ") + (xs.length > 8 ? `; ... (${xs.length - 8} more)` : "");
+        return [n, `${ts.length - missed.length - open.length}/${ts.length}`, list(missed) || "-", list(open) || "-"];
     });
-    return table(["target", "met", "missed (value)"], rows);
+    return table(["target", "met", "missed (value [95% CI])", "not resolved (the interval spans the threshold)"], rows);
+}
+
+function projection_table(p) {
+    const rows = p.rows.map((r) => [r.shape, link(r.link), r.phase, fmt(r.tok_s.single, 2), fmt(r.tok_s.experts1, 2),
+                                    x2(r.x_single.experts1), fmt(r.tok_s.rpc_experts, 2), x2(r.x_single.rpc_experts),
+                                    x2(r.experts1_x_rpc)]);
+    return table(["shape", "link", "phase", "one node tok/s", "moezip experts1 tok/s", "x one node", "llama.cpp RPC experts tok/s",
+                  "x one node", "moezip / RPC"], rows) + "\n\nAssumptions: " + p.assumptions.join("; ") + ".";
 }
 
 function render(b) {
@@ -110,8 +138,10 @@ function render(b) {
     ];
     return [
         head.filter((x) => x !== null).join("\n"),
-        "## Speed (timed runs; median ± half the min-max range; x single = ratio to the unhooked run on the same coordinator core)",
+        "## Speed (timed runs; median ± half the min-max range; x ref = median of the ratios within pairs, each run over its reference's run side by side on the same cores, with a bootstrap 95% interval)",
         speed_table(b.groups),
+        "## Against llama.cpp's RPC backend (experts of every layer on a ggml-rpc-server on the other core)",
+        rpc_table(b.groups),
         "## Where the time goes (phase runs, coordinator on core 0; per step, from the preload's report)",
         time_table(b.phases),
         "## Wire (phase runs; bytes sent + received by the coordinator per token per MoE layer)",
@@ -124,6 +154,8 @@ function render(b) {
         memory_table(b.memory),
         "## Targets",
         target_table(b.targets),
+        "## Full-size projection (a model, from the per-layer costs above; one core per host)",
+        b.projection && b.projection.rows.length ? projection_table(b.projection) : "(needs single, experts1 and rpc_experts on a3b-L4-q8_0)",
         "",
     ].join("\n\n");
 }

@@ -30,7 +30,8 @@ function amdahl_bound(variant, phase, p, s) {
 function amdahl_rows(groups, phases) {
     const out = [];
     for (const g of groups) {
-        if (g.variant === "single" || g.variant === "observe" || g.variant === "local") continue;  // bound 1: see targets
+        if (g.variant === "single" || g.variant === "single_nr" || g.variant === "observe" || g.variant === "local" ||
+            g.engine === "llama-bench") continue;  // bound 1 (see targets), or not moezip
         for (const ph of ["prefill", "decode"]) {
             const p = moe_share(phases, g.model, ph);
             const bound = amdahl_bound(g.variant, ph, p, g.rows_share);
@@ -45,7 +46,15 @@ function amdahl_rows(groups, phases) {
 
 function check(list, target, threshold, row, value) {
     if (value === null || value === undefined) return;
-    list.push(Object.assign({ target, threshold, value, met: value >= threshold }, row));
+    list.push(Object.assign({ target, threshold, value, met: value >= threshold, verdict: value >= threshold ? "met" : "missed" }, row));
+}
+
+/// A target on a ratio with a 95% interval c ({point, lo, hi}): met when the whole interval is at or
+/// above the threshold, missed when it is entirely below, else not resolved (more pairs needed).
+function check_ci(list, target, threshold, row, c) {
+    if (!c || c.lo === null) return;  // one pair: no interval, no verdict
+    const verdict = c.lo >= threshold ? "met" : c.hi < threshold ? "missed" : "not resolved";
+    list.push(Object.assign({ target, threshold, value: c.point, lo: c.lo, hi: c.hi, met: verdict === "met", verdict }, row));
 }
 
 /// One row per (target, case): value, threshold and met (value >= threshold, or <= for the byte targets).
@@ -54,12 +63,18 @@ function target_rows(groups, phases, amdahl) {
     for (const g of groups) {
         const row = { model: g.model, variant: g.variant, net: g.net, placement: g.placement };
         for (const ph of ["prefill", "decode"]) {
+            const at = Object.assign({ phase: ph }, row);
             if ((g.variant === "observe" || g.variant === "local") && g.net === "lo")
-                check(t, "observe/local >= 0.98x unhooked", 0.98, Object.assign({ phase: ph }, row), g[ph].ratio_to_single);
+                check_ci(t, "observe/local >= 0.98x unhooked (paired)", 0.98, at, g[ph].ci95);
+            if (g.variant === "experts1" && g.net === "1g") {
+                check_ci(t, `experts1 over 1 Gbit/s: ${ph} >= ${ph === "decode" ? "1.3" : "1.4"}x one node (engine default, paired)`,
+                         ph === "decode" ? 1.3 : 1.4, at, g[ph].ci95);
+                check_ci(t, `experts1 over 1 Gbit/s: ${ph} >= 1.6x llama.cpp RPC experts-on-server`, 1.6, at, g[ph].vs_rpc_experts);
+            }
         }
         if (g.variant.startsWith("experts") && g.net === "lo")
-            check(t, "experts mode on loopback: decode >= 0.9x single node", 0.9, Object.assign({ phase: "decode" }, row),
-                  g.decode.ratio_to_single);
+            check_ci(t, "experts mode on loopback: decode >= 0.9x single node (paired)", 0.9, Object.assign({ phase: "decode" }, row),
+                     g.decode.ci95);
     }
     for (const a of amdahl) {
         if (a.variant === "rows1" && a.phase === "prefill")
