@@ -142,9 +142,11 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
-$(TEST_BIN): $(TEST_OBJ) $(CORE_LIB)
+# worker code tested in-process (the budget estimate against the executor, the plan table)
+TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/,worker_budget.o worker_plan.o request_check.o)
+$(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
+	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main
 
 # objects of one fuzz target's sources (a function, for the same reason as tool_objs)
 fuzz_objs = $(patsubst %.cpp,$(FUZZ)/obj/%.o,$(FUZZ_SRC_$(1)))

@@ -79,6 +79,27 @@ TEST(Curve, KeygenWritesAPrivateKeyPairAndNeverOverwritesIt) {
     EXPECT_NE(st.message().find("chmod 600"), std::string::npos) << st.message();
 }
 
+TEST(Curve, KeyFilesThatAreNotRegularFilesAreRefusedBeforeTheyAreRead) {
+    // A FIFO blocked the host forever; a character device (or /dev/zero as --allow) was read until
+    // memory ran out; a directory was reported as "chmod 600 it". Each is now named at once.
+    const std::string dir = test_dir("curve_not_regular");
+    const std::string fifo = dir + "/fifo.key", folder = dir + "/folder.key";
+    unlink(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    mkdir(folder.c_str(), 0700);
+    chmod(folder.c_str(), 0700);
+    moezip::CurveKeyPair pair;
+    std::vector<std::string> pubs;
+    for (const std::string & path : {fifo, folder, std::string("/dev/zero")}) {
+        moezip::Status a = moezip::curve_keypair_read(path, pair);
+        EXPECT_FALSE(a) << path;
+        EXPECT_NE(a.message().find("is not a regular file"), std::string::npos) << path << ": " << a.message();
+        moezip::Status b = moezip::curve_public_keys_read(path, pubs);
+        EXPECT_FALSE(b) << path;
+        EXPECT_NE(b.message().find("is not a regular file"), std::string::npos) << path << ": " << b.message();
+    }
+}
+
 TEST(Curve, OnlyAllowedCoordinatorKeysAreServedAndRefusalsAreCounted) {
     const std::string dir = test_dir("curve_serve");
     const moezip::CurveKeyPair wk = keygen(dir, "worker"), ck = keygen(dir, "coordinator"), intruder = keygen(dir, "intruder");

@@ -39,3 +39,10 @@ TEST(WorkerCli, LinksNoGgmlLibrary) {
     EXPECT_EQ(dyn.out.find("ggml"), std::string::npos) << dyn.out;
     EXPECT_EQ(dyn.out.find("llama"), std::string::npos) << dyn.out;
 }
+
+TEST(WorkerCli, RepackWithMmapIsABadFlagCombinationNamedBeforeAnythingLoads) {
+    CommandResult r = run_command({bin_path("moezip-worker"), "--model", "/nonexistent.gguf", "--repack", "--mmap"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("does not apply"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("nonexistent"), std::string::npos) << "the flags are checked before the model is opened: " << r.err;
+}

@@ -6,6 +6,8 @@
 #include "provider_map/expert_digest.h"
 #include "tests/test_support.h"
 #include "tests/worker_harness.h"
+#include "tools/moezip-worker/worker_budget.h"
+#include "tools/moezip-worker/worker_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -551,4 +553,71 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
     EXPECT_EQ(ask_compute(c, random_request(0, 1, 61)).h.kind, (uint16_t) MsgKind::result);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GE(ms, 300.0);
+}
+
+// The worker's scratch budget is checked from the header before anything is allocated, so the
+// estimate (request_cost) must bound what the executor then really uses, for every FFN form the
+// protocol carries: gpt-oss's three bias results and llama4's repeated and weighted input were left
+// out before (a gpt-oss-120b-shaped layer needs ~37% more than the plain form).
+TEST(Worker, TheScratchEstimateBoundsTheExecutorForEveryFfnForm) {
+    for (const char * arch : {"qwen3moe", "gpt-oss", "llama4"}) {
+        const std::string model = fixture_model({"--arch", arch, "--type", "f32"});
+        ASSERT_FALSE(model.empty()) << arch;
+        ReferenceModel m;
+        ASSERT_TRUE(m.load(model)) << arch;
+        int il = 0;
+        while (il < 8 && m.tensor(il, "ffn_gate_exps.weight") == nullptr) ++il;
+        ASSERT_LT(il, 8) << arch;
+        ExpertWeights w = m.weights(il);
+        w.gate_b = m.tensor(il, "ffn_gate_exps.bias");
+        w.up_b = m.tensor(il, "ffn_up_exps.bias");
+        w.down_b = m.tensor(il, "ffn_down_exps.bias");
+        const bool oss = std::string(arch) == "gpt-oss", l4 = std::string(arch) == "llama4";
+        ASSERT_EQ(w.down_b != nullptr, oss) << arch;
+        if (oss) { w.glu_op = GGML_GLU_OP_SWIGLU_OAI; w.glu_alpha = 1.702f; w.glu_limit = 7.0f; }
+        w.weight_before = l4;
+        const int64_t E = w.gate_exps->ne[0], F = w.gate_exps->ne[1], n_expert = w.gate_exps->ne[2];
+        const int64_t rows = 64, k = l4 ? 1 : 2;
+        std::mt19937 rng(3);
+        std::vector<float> hidden((size_t) (E * rows)), weights((size_t) (k * rows), 0.5f), out((size_t) (E * k * rows));
+        std::vector<int32_t> ids((size_t) (k * rows));
+        for (float & x : hidden) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t) ((i * 7 + i / k) % (size_t) n_expert);
+        MoeExecutor exec(reference_api(), 1);
+        SlotBatch b;
+        b.n_rows = rows;
+        b.k = k;
+        b.hidden = hidden.data();
+        b.hidden_stride = (size_t) E * sizeof(float);
+        b.ids = ids.data();
+        b.weights = weights.data();
+        Status st = exec.compute_slots(w, b, out.data());
+        ASSERT_TRUE(st) << arch << ": " << st.to_string();
+        MsgHeader h = msg_header_make(MsgKind::compute);
+        h.n_embd = (int32_t) E;
+        h.n_ff = (int32_t) F;
+        h.n_used = (int32_t) k;
+        h.n_rows = (int32_t) rows;
+        h.reply = (uint16_t) moezip::ReplyKind::slots;
+        h.ffn_flags = (l4 ? moezip::kFfnWeightBefore : 0u) | (oss ? (uint32_t) moezip::kFfnBiases : 0u);
+        const moezip::RequestCost cost = moezip::request_cost(h, F);
+        EXPECT_GE(cost.scratch_bytes, (int64_t) exec.scratch_bytes()) << arch << ": the budget check would let a request through "
+                                                                      << "that needs more than it counted";
+    }
+}
+
+// A flood of hellos from other peers (1500 connections saying hello in a loop) evicted a working
+// coordinator's plan between its hello and its compute, until it refused the worker for the whole
+// run. Hello-only connections now go first, and evictions are counted.
+TEST(WorkerPlanTable, AFloodOfHellosDoesNotForgetAComputingConnection) {
+    moezip::WorkerPlans plans;
+    plans.set("coordinator", moezip::WorkerPlan{});
+    ASSERT_NE(plans.find("coordinator"), nullptr);  // it computed
+    for (int i = 0; i < 1500; ++i) plans.set("flood-" + std::to_string(i), moezip::WorkerPlan{});
+    EXPECT_NE(plans.find("coordinator"), nullptr) << "the computing connection kept its plan";
+    EXPECT_EQ(plans.size(), moezip::kMaxPlans);
+    EXPECT_EQ(plans.evicted_idle(), 1500u + 1u - moezip::kMaxPlans);
+    EXPECT_EQ(plans.evicted_active(), 0u);
+    EXPECT_NE(plans.find("flood-1499"), nullptr) << "the newest hello is kept";
+    EXPECT_EQ(plans.find("flood-0"), nullptr) << "the oldest hello-only one went first";
 }

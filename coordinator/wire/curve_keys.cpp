@@ -37,13 +37,33 @@ bool key_value(const std::string & line, const char * name, std::string & value)
     return true;
 }
 
+// A key file is a small regular file: a FIFO would block the host forever and a device could feed
+// it without end, so anything else is refused before it is read, and at most 1 MiB + 1 byte is read.
 Status read_text(const std::string & path, std::string & text) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return Status::io_error("cannot read key file " + path + ": " + strerror(errno));
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-    if (text.size() > (1 << 20)) return Status::io_error("key file " + path + " is larger than 1 MiB");
+    constexpr size_t kMax = 1 << 20;
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return Status::io_error("cannot read key file " + path + ": " + strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return Status::invalid_argument("key file " + path + " is not a regular file");
+    }
+    text.assign(kMax + 1, '\0');
+    size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = read(fd, &text[got], text.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int e = errno;
+            close(fd);
+            return Status::io_error("cannot read key file " + path + ": " + strerror(e));
+        }
+        if (n == 0) break;
+        got += (size_t) n;
+    }
+    close(fd);
+    text.resize(got);
+    if (got > kMax) return Status::io_error("key file " + path + " is larger than 1 MiB");
     return Status::ok();
 }
 
@@ -101,6 +121,7 @@ Status curve_keygen_write(const std::string & dir, CurveKeyPair & pair, std::str
 Status curve_keypair_read(const std::string & path, CurveKeyPair & out) {
     struct stat sb;
     if (stat(path.c_str(), &sb) != 0) return Status::io_error("cannot read key file " + path + ": " + strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return Status::invalid_argument("key file " + path + " is not a regular file");
     if (sb.st_mode & 077) {
         char mode[8];
         snprintf(mode, sizeof mode, "%03o", (unsigned) (sb.st_mode & 0777));

@@ -204,6 +204,9 @@ int main(int argc, char ** argv) {
     opt.handshake_ms = s.handshake_ms;
     opt.budget = {s.max_rows, s.max_slots, s.max_in_mib << 20, s.max_out_mib << 20, s.max_scratch_mib << 20};
     if (int rc = resolve_security(s, opt)) return rc;
+    if (s.repack && s.use_mmap)  // bad flags or config: exit 2, before the engine and the model are loaded
+        return fail(2, "repack (--repack or [worker_server] repack) copies the served experts into the CPU backend's layout: "
+                       "mmap (--mmap or [worker_server] mmap) does not apply with it");
     moezip::Status st = moezip::worker_faults_parse(getenv(moezip::kWorkerFaultEnv), opt.faults);
     if (!st) return fail(2, st.message());
     const long fd_limit = moezip::worker_raise_fd_limit();

@@ -31,6 +31,12 @@ RequestCost request_cost(const MsgHeader & h, int64_t n_ff) {
     c.out_bytes = E * (h.reply == static_cast<uint16_t>(ReplyKind::slots) ? c.slots : c.rows) * 4;
     // dims are bounded by the header checks (E <= 2^16, S <= 2^28): no overflow in 64 bits
     c.scratch_bytes = (3 * F + E) * c.slots * 4 + 2 * E * c.slots * 4 + (E + F) * c.slots * 4 + c.in_bytes;
+    // the forms of protocol v4 add nodes (moe_exec.cpp): one ADD_ID result per bias ([n_ff or
+    // n_embd] per slot), and before the FFN the repeated input and its weighted copy ([n_embd] each)
+    if (h.ffn_flags & kFfnGateBias) c.scratch_bytes += F * c.slots * 4;
+    if (h.ffn_flags & kFfnUpBias) c.scratch_bytes += F * c.slots * 4;
+    if (h.ffn_flags & kFfnDownBias) c.scratch_bytes += E * c.slots * 4;
+    if (h.ffn_flags & kFfnWeightBefore) c.scratch_bytes += 2 * E * c.slots * 4;
     return c;
 }
 

@@ -137,12 +137,16 @@ void WorkerPlans::set(const std::string & peer, WorkerPlan plan) {
         plans_.erase(it->second);
         index_.erase(it);
     }
-    plans_.emplace_front(peer, std::move(plan));
+    plans_.push_front(Entry{peer, std::move(plan), false});
     index_[peer] = plans_.begin();
-    if (plans_.size() > kMaxPlans) {
-        index_.erase(plans_.back().first);
-        plans_.pop_back();
-    }
+    if (plans_.size() <= kMaxPlans) return;
+    // the least recently used hello-only connection (not the one just added), else the least recently used
+    auto victim = std::prev(plans_.end());
+    for (auto r = std::prev(plans_.end()); r != plans_.begin(); --r)
+        if (!r->computed) { victim = r; break; }
+    (victim->computed ? evicted_active_ : evicted_idle_) += 1;
+    index_.erase(victim->peer);
+    plans_.erase(victim);
 }
 
 void WorkerPlans::erase(const std::string & peer) {
@@ -156,7 +160,8 @@ const WorkerPlan * WorkerPlans::find(const std::string & peer) {
     auto it = index_.find(peer);
     if (it == index_.end()) return nullptr;
     plans_.splice(plans_.begin(), plans_, it->second);  // most recently used first; iterators stay valid
-    return &plans_.front().second;
+    plans_.front().computed = true;
+    return &plans_.front().plan;
 }
 
 } // namespace moezip

@@ -11,7 +11,10 @@
 // So a peer cannot pick one-block slices of n_ff or single experts at will to take an expert's
 // weights apart from its outputs; it gets the shapes its coordinator's configuration gives.
 // Connections are told apart by the ROUTER's routing id (a coordinator that reconnects says hello
-// again); the table keeps the most recently used kMaxPlans connections.
+// again); the table keeps kMaxPlans connections. When it is full, a connection that only said hello
+// is forgotten before one that has computed (least recently used first in each group), so a flood of
+// hellos from other peers cannot take the plan from a coordinator that is working (it was seen to
+// make the coordinator refuse a healthy worker for the whole run).
 #pragma once
 
 #include "coordinator/config/expert_range.h"
@@ -37,7 +40,7 @@ struct WorkerPlan {
     int slice = -1;                    ///< shard mode: this worker's slice in `shares`
 };
 
-/// Connections remembered at most (least recently used forgotten first).
+/// Connections remembered at most (hello-only connections forgotten first, then least recently used).
 constexpr size_t kMaxPlans = 256;
 
 /// Reads hello JSON's "plan" against the shape this worker serves. Errors (invalid_argument, code
@@ -66,15 +69,24 @@ std::string worker_plan_describe(const WorkerPlan & p);
 class WorkerPlans {
 public:
     void set(const std::string & peer, WorkerPlan plan);
-    /// The plan of `peer` (marked as recently used), or nullptr.
+    /// The plan of `peer` (marked as recently used and as having computed), or nullptr.
     const WorkerPlan * find(const std::string & peer);
     /// Forgets the plan of `peer` (a hello whose plan was refused leaves the connection without one).
     void erase(const std::string & peer);
     size_t size() const { return plans_.size(); }
+    /// Plans forgotten because the table was full: of hello-only connections, of computing ones.
+    uint64_t evicted_idle() const { return evicted_idle_; }
+    uint64_t evicted_active() const { return evicted_active_; }
 
 private:
-    std::list<std::pair<std::string, WorkerPlan>> plans_;  // most recently used first
-    std::map<std::string, std::list<std::pair<std::string, WorkerPlan>>::iterator> index_;
+    struct Entry {
+        std::string peer;
+        WorkerPlan plan;
+        bool computed = false;  // a compute request was checked against this plan
+    };
+    std::list<Entry> plans_;  // most recently used first
+    std::map<std::string, std::list<Entry>::iterator> index_;
+    uint64_t evicted_idle_ = 0, evicted_active_ = 0;
 };
 
 } // namespace moezip

@@ -183,6 +183,8 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
         return send_error(in.identity, &h, code, st.message());
     }
     plans_.set(in.identity.to_string(), std::move(plan));
+    c_.plans_evicted_idle = plans_.evicted_idle();
+    c_.plans_evicted_active = plans_.evicted_active();
     MsgHeader r = msg_header_make(MsgKind::hello_ok);
     r.request_id = h.request_id;
     zmq::message_t json(hello_.data(), hello_.size());
@@ -332,7 +334,12 @@ std::string worker_counters_text(const WorkerCounters & c) {
            std::to_string(c.pairs) + ", bytes in " + std::to_string(c.bytes_in) + " out " + std::to_string(c.bytes_out) +
            ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")") +
            (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
-           (c.trims ? ", buffers released " + std::to_string(c.trims) : "") + (auth.empty() ? "" : "; " + auth);
+           (c.trims ? ", buffers released " + std::to_string(c.trims) : "") +
+           (c.plans_evicted_idle + c.plans_evicted_active
+                ? ", plans forgotten (table full) " + std::to_string(c.plans_evicted_idle) + " hello-only, " +
+                      std::to_string(c.plans_evicted_active) + " computing"
+                : "") +
+           (auth.empty() ? "" : "; " + auth);
 }
 
 } // namespace moezip

@@ -37,6 +37,8 @@ struct WorkerCounters {
     uint64_t errors[16] = {};             ///< error replies by ErrorCode
     uint64_t parts_dropped = 0;           ///< message parts beyond kMaxMessageParts, read and dropped
     uint64_t trims = 0;                   ///< requests after which buffers were released (budget_release_heap)
+    uint64_t plans_evicted_idle = 0;      ///< plans forgotten because the table was full (WorkerPlans): hello-only connections
+    uint64_t plans_evicted_active = 0;    ///< ... connections that had computed
     AuthCounters auth;                    ///< handshakes and connections (worker_auth.h)
 };
 
