@@ -53,6 +53,7 @@
 #   BENCH_NO_REPACK     auto (default): no_repack (and --no-repack) only where the weights need it (q4_K
 #                       experts, which the engine repacks); 1: everywhere; 0: nowhere
 #   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
+#   BENCH_REPACK_REPS   repetitions of tools/bench/repack-costs.sh, q4_K and q4_0, after the table (default 5; 0 skips)
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
 #                       Phase runs are always cold: their reports would otherwise count the warm-up too.
@@ -531,3 +532,12 @@ summary_rc=0
 BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
 [ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
 [ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"
+
+# What repacking is worth and experts mode with repacked workers (moezip-worker --repack) against the
+# engine's default single node, q4_K and q4_0 (tools/bench/repack-costs.sh; BENCH_REPACK_REPS=0 skips it).
+if [ "${BENCH_REPACK_REPS:-5}" -gt 0 ]; then
+    for t in q4_K q4_0; do
+        say "repacked experts, $t: ${BENCH_REPACK_REPS:-5} repetitions"
+        BUILD="$BUILD" "$ROOT/tools/bench/repack-costs.sh" "${BENCH_REPACK_REPS:-5}" "$t" | tee "$OUT/repack-$t.md"
+    done
+fi
