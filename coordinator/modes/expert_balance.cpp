@@ -1,21 +1,10 @@
 #include "coordinator/modes/expert_balance.h"
+#include "coordinator/modes/moving_average.h"
 
 #include <algorithm>
 #include <numeric>
 
 namespace moezip {
-
-namespace {
-
-// Weight of a new measurement in the moving averages: about the last 10 calls count.
-constexpr double kAlpha = 0.2;
-
-void average_in(double & avg, double sample, uint64_t & n, double alpha) {
-    avg = n == 0 ? sample : avg + alpha * (sample - avg);
-    ++n;
-}
-
-} // namespace
 
 ExpertBalancer::ExpertBalancer(size_t n_hosts)
     : speed_(n_hosts), slots_(n_hosts, 0), replicated_slots_(n_hosts, 0), probes_(n_hosts, 0), covered_(n_hosts, 0),
@@ -102,7 +91,7 @@ void ExpertBalancer::observe_compute(size_t h, CallSize size, int64_t slots, dou
     if (slots <= 0 || !(ms >= 0)) return;
     HostSpeed & s = speed_[h];
     const int c = (int) size;
-    average_in(s.ms_per_slot[c], ms / (double) slots, s.samples[c], kAlpha);
+    moving_average_add(s.ms_per_slot[c], ms / (double) slots, s.samples[c]);
 }
 
 void ExpertBalancer::observe_overhead(size_t h, double ms, bool waited) {
@@ -110,8 +99,8 @@ void ExpertBalancer::observe_overhead(size_t h, double ms, bool waited) {
     HostSpeed & s = speed_[h];
     // An upper bound never starts the estimate: a worker stays cheap (0) until a true sample says
     // otherwise, so it is given work and measured (a cold first call's bound would keep it idle).
-    if (waited) average_in(s.overhead_ms, ms, s.overhead_samples, kAlpha);
-    else if (s.overhead_samples > 0 && ms < s.overhead_ms) average_in(s.overhead_ms, ms, s.overhead_samples, 0.5);
+    if (waited) moving_average_add(s.overhead_ms, ms, s.overhead_samples);
+    else if (s.overhead_samples > 0 && ms < s.overhead_ms) moving_average_add(s.overhead_ms, ms, s.overhead_samples, 0.5);
 }
 
 nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) const {

@@ -1,4 +1,5 @@
 #include "coordinator/modes/share_balance.h"
+#include "coordinator/modes/moving_average.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,13 +8,7 @@ namespace moezip {
 
 namespace {
 
-constexpr double kAlpha = 0.2;  // weight of a new measurement: about the last 10 calls count
 constexpr size_t kHistoryMax = 256;
-
-void average_in(double & avg, double sample, uint64_t & n, double alpha) {
-    avg = n == 0 ? sample : avg + alpha * (sample - avg);
-    ++n;
-}
 
 } // namespace
 
@@ -95,13 +90,13 @@ double ShareBalancer::makespan(const std::vector<int64_t> & counts, double scale
 
 void ShareBalancer::observe(size_t h, double units, double ms) {
     if (units <= 0 || !(ms >= 0)) return;
-    average_in(ms_per_unit_[h], ms / units, samples_[h], kAlpha);
+    moving_average_add(ms_per_unit_[h], ms / units, samples_[h]);
 }
 
 void ShareBalancer::observe_overhead(size_t h, double ms, bool waited) {
     if (!(ms >= 0)) return;
-    if (waited) average_in(overhead_ms_[h], ms, overhead_samples_[h], kAlpha);
-    else if (overhead_samples_[h] > 0 && ms < overhead_ms_[h]) average_in(overhead_ms_[h], ms, overhead_samples_[h], 0.5);
+    if (waited) moving_average_add(overhead_ms_[h], ms, overhead_samples_[h]);
+    else if (overhead_samples_[h] > 0 && ms < overhead_ms_[h]) moving_average_add(overhead_ms_[h], ms, overhead_samples_[h], 0.5);
 }
 
 void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always) {
