@@ -133,7 +133,8 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
             const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
             const char * why = keys_.curve() ? " (it accepts connections but the CURVE handshake did not complete: is public_key this "
                                                "worker's, and this host's public key in its --allow list?)"
-                                             : " (it accepts connections but did not complete ZeroMQ's handshake: does it require keys?)";
+                                             : " (it accepts connections but did not complete ZeroMQ's handshake: the worker is "
+                                               "stopped or busy, or it requires keys and this [[worker]] has no public_key)";
             return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
                                    (cause.empty() ? std::string(why) : ": " + cause));
         }
