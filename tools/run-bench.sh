@@ -14,6 +14,14 @@
 #   experts1_verify  experts1 with dispatch.verify_every = BENCH_VERIFY_EVERY (default 10): one worker
 #                    result in N recomputed on the coordinator
 #   single_nr        single with --no-repack (the reference moezip's no_repack runs were once held to)
+# Placement (docs/placement.md), experts mode with one worker:
+#   experts1_plan    the placement moezip-plan writes from the routing statistics of this model's `local`
+#                    phase runs (another prompt than the timed runs'), each host given BENCH_PLAN_SHARE of
+#                    the experts' memory: hot experts replicated, balanced dispatch
+#   experts1_repl    every expert on both hosts (experts.replicas = true): each call balanced between them
+# A slower worker (its CPU capped at BENCH_THROTTLE % of a core by a cgroup quota, tools/bench/throttle.sh):
+#   rows1_slow, shard1_slow            fixed shares (BENCH_ROWS_SHARE, default 0.5)
+#   rows1_auto_slow, shard1_auto_slow  local_share = "auto": shares from the measured speeds
 # The incumbent, llama.cpp's RPC backend (llama-bench and ggml-rpc-server of llama.cpp built from the
 # pinned engine's source with -DGGML_RPC=ON, tools/engines/build-llamacpp.sh, cached):
 #   rpc_single       llama-bench, one node (its own reference: the same program without RPC)
@@ -46,7 +54,13 @@
 #   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
 #                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
 #   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
+#   BENCH_PLACES        core placements of the timed runs: "h0 h1" (default) or one of them (more pairs in
+#                       the same time, one placement's answer)
 #   BENCH_VERIFY_EVERY  experts1_verify's verify_every (default 10)
+#   BENCH_PLAN_SHARE    experts1_plan: each host's memory budget, as a fraction of all experts (default 0.625:
+#                       a quarter of the experts can have two owners)
+#   BENCH_THROTTLE      the *_slow variants: the worker's CPU quota in % of one core (default 40)
+#   BENCH_THROTTLE_PERIOD_US   the quota's period (default 100000, cpu.max's default)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
 #   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached, ~10 min);
 #                       0: skip them. BENCH_LLAMA_BUILD: a llama.cpp CMake build folder with -DGGML_RPC=ON instead
@@ -83,6 +97,9 @@ LOAD=${BENCH_LOAD:-mmap}
 WARMUP=${BENCH_WARMUP:-1}
 ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
 VERIFY_EVERY=${BENCH_VERIFY_EVERY:-10}
+PLAN_SHARE=${BENCH_PLAN_SHARE:-0.625}
+THROTTLE_PCT=${BENCH_THROTTLE:-40}
+THROTTLE_PERIOD_US=${BENCH_THROTTLE_PERIOD_US:-100000}
 RPC=${BENCH_RPC:-1}
 NO_REPACK=${BENCH_NO_REPACK:-auto}
 TRACE_MAX=${BENCH_TRACE_MAX:-200000}
@@ -99,12 +116,18 @@ say() { echo "bench: $(date +%H:%M:%S) $*"; }
 
 source "$ROOT/tools/bench/netns.sh"
 source "$ROOT/tools/bench/rpc.sh"
+source "$ROOT/tools/bench/throttle.sh"
 
 # ---- checks ----
 case "$LOAD" in mmap|anon) ;; *) die "BENCH_LOAD must be mmap or anon, got '$LOAD'";; esac
 case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, got '$NO_REPACK'";; esac
 [[ "$TRACE_MAX" =~ ^[1-9][0-9]*$ ]] || die "BENCH_TRACE_MAX must be a positive integer, got '$TRACE_MAX'"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
+[[ "$THROTTLE_PCT" =~ ^[0-9]+$ ]] && [ "$THROTTLE_PCT" -ge 1 ] && [ "$THROTTLE_PCT" -le 99 ] ||
+    die "BENCH_THROTTLE must be a whole percentage 1..99, got '$THROTTLE_PCT'"
+[[ "$THROTTLE_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$THROTTLE_PERIOD_US" -ge 1000 ] && [ "$THROTTLE_PERIOD_US" -le 1000000 ] ||
+    die "BENCH_THROTTLE_PERIOD_US must be 1000..1000000, got '$THROTTLE_PERIOD_US'"
+awk -v f="$PLAN_SHARE" 'BEGIN { exit !(f + 0 > 0 && f + 0 <= 1) }' || die "BENCH_PLAN_SHARE must be in (0, 1], got '$PLAN_SHARE'"
 for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
 for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle"; do
     [ -e "$f" ] || die "$f is missing (run make, or make BUILD=$BUILD build-all)"
@@ -118,10 +141,13 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|single_nr|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor) ;;
+    case "$v" in single|single_nr|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
+                 experts1_plan|experts1_repl|rows1_slow|rows1_auto_slow|shard1_slow|shard1_auto_slow) ;;
         *) die "unknown variant '$v'";; esac
 done
 for n in $NETS; do case "$n" in 1g|10g) ;; *) die "BENCH_NETS: unknown link '$n' (1g, 10g or none)";; esac; done
+THROTTLE_NOTE=""
+if ! why=$(throttle_available); then THROTTLE_NOTE="throttled (*_slow) variants skipped: $why"; fi
 NET_NOTE=""
 if [ -n "$NETS" ]; then
     if ! why=$(net_available); then NET_NOTE="emulated links skipped: $why"; NETS=""; fi
@@ -174,6 +200,7 @@ cleanup() {
     local pid
     for pid in "${WORKER_PIDS[@]+"${WORKER_PIDS[@]}"}"; do stop_pid "$pid"; done
     [ "$NET_UP" = 1 ] && net_teardown
+    throttle_teardown
     rm -rf "$TMPW"
     exit "$rc"
 }
@@ -210,16 +237,24 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     case "$1" in
-        a3b-L4-q8_0) echo "single single_nr observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" ;;
+        a3b-L4-q8_0) echo "single single_nr observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
+                          "experts1_plan experts1_repl rows1_slow rows1_auto_slow shard1_slow shard1_auto_slow" ;;
         a3b-L8-q8_0) echo "single experts1 rpc_single rpc_experts" ;;
         a3b-L4-q4_K) echo "single single_nr rows1 experts1" ;;
         *) echo "single observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts" ;;
     esac
 }
-# without_rpc VARIANTS: the list without rpc_* when llama.cpp with RPC is not available
-without_rpc() {
+# runnable VARIANTS: the list without rpc_* when llama.cpp with RPC is not available, without *_slow
+# when no CPU quota can be set
+runnable() {
     local v out=""
-    for v in $1; do case "$v" in rpc_*) [ -n "$LLAMA_BIN" ] && out+="$v ";; *) out+="$v ";; esac; done
+    for v in $1; do
+        case "$v" in
+            rpc_*) [ -n "$LLAMA_BIN" ] && out+="$v " ;;
+            *_slow) [ -z "$THROTTLE_NOTE" ] && out+="$v " ;;
+            *) out+="$v " ;;
+        esac
+    done
     echo "$out"
 }
 # ref_of VARIANT: the reference a variant's timed runs are paired with ("" for the references)
@@ -238,19 +273,25 @@ no_repack_for() {
 }
 
 # ---- workers ----
-# start_worker IDX CORE NETNS BIND MODEL EXPERTS: background worker (own process group), endpoint in W_EP[IDX]
+# start_worker IDX CORE NETNS BIND MODEL EXPERTS: background worker (own process group), endpoint in W_EP[IDX];
+# W_THROTTLE=1: inside the CPU quota group
 W_EP=()
 W_MIB=()
 # W_CURVE=1: the worker serves over CURVE with the bench's keys; else a bind in a network namespace
 # (not loopback) is plain with --insecure (the namespaces are the bench's own).
 W_CURVE=0
+W_THROTTLE=0
 CFG_VERIFY=0   # write_config: dispatch.verify_every
 CFG_NO_REPACK=1  # write_config: no_repack = true
 CFG_TRACE=""   # write_config: trace path ("" = none)
+CFG_SHARE=$ROWS_SHARE   # write_config: rows/shard local_share (a number, or auto)
+CFG_REPLICAS=0          # write_config: experts.replicas = true
 start_worker() {
     local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() t pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
     [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
+    # joins the group by its pid, then becomes the worker (exec keeps the pid)
+    [ "$W_THROTTLE" = 1 ] && pre+=(bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$THROTTLE_CG")
     [ "$LOAD" = mmap ] && args+=(--mmap)
     [ -n "$experts" ] && args+=(--experts "$experts")
     if [ "$W_CURVE" = 1 ]; then args+=(--key "$KEYS/worker/moezip.key" --allow "$KEYS/coordinator/moezip.pub")
@@ -286,6 +327,32 @@ stop_workers() {
     WORKER_PIDS=()
 }
 
+# ---- experts1_plan's placement ----
+# plan_experts MODEL REPORT...: moezip-plan on the reports (routing statistics), this host and one worker
+# each with a budget of BENCH_PLAN_SHARE of the experts; the ownership into PLAN_LOCAL/WORKER/REPLICAS[MODEL].
+# The plan and the config moezip-plan wrote are kept in $OUT/plans/ (the endpoint there is a placeholder:
+# the bench's workers bind a free port).
+declare -A PLAN_LOCAL=() PLAN_WORKER=() PLAN_REPLICAS=()
+plan_experts() {
+    local m=$1 E n bytes budget r reports=() dir=$OUT/plans fields
+    shift
+    for r in "$@"; do reports+=(--report "$r"); done
+    E=$(model_n_expert "$m")
+    mkdir -p "$dir"
+    # the size of one expert over all MoE layers, from a plan with room for everything
+    "$BIN/moezip-plan" "${reports[@]}" --host here,1T --host tcp://127.0.0.1:5601,1T --json "$dir/$m.size.json" \
+        -o /dev/null 2> "$dir/$m.log" || die "moezip-plan failed on $*: $(tail -2 "$dir/$m.log")"
+    bytes=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).expert_bytes)' "$dir/$m.size.json")
+    n=$(awk -v f="$PLAN_SHARE" -v e="$E" 'BEGIN { n = f * e; printf "%d", (n == int(n)) ? n : int(n) + 1 }')
+    budget=$((n * bytes))
+    "$BIN/moezip-plan" "${reports[@]}" --host "here,$budget" --host "tcp://127.0.0.1:5601,$budget" --model "$(model_path "$m")" \
+        --json "$dir/$m.json" -o "$dir/$m.toml" 2>> "$dir/$m.log" || die "moezip-plan failed: $(tail -2 "$dir/$m.log")"
+    fields=$(node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1]));
+        console.log(p.hosts[0].experts, p.hosts[1].experts, p.replicated > 0 ? 1 : 0, p.replicated)' "$dir/$m.json")
+    read -r PLAN_LOCAL[$m] PLAN_WORKER[$m] PLAN_REPLICAS[$m] r <<< "$fields"
+    say "$m: planned placement: here ${PLAN_LOCAL[$m]}, worker ${PLAN_WORKER[$m]} ($n experts each at most, $r with two owners)"
+}
+
 # ---- one run ----
 # write_config FILE MODE REPORT EXPERTS_LOCAL then worker lines "ENDPOINT|SHARE|EXPERTS" on stdin
 write_config() {
@@ -304,14 +371,15 @@ write_config() {
         if [ "$CFG_VERIFY" -gt 0 ]; then echo "verify_every = $CFG_VERIFY"; fi
         if [ "$W_CURVE" = 1 ]; then echo "client_key = \"$KEYS/coordinator/moezip.key\""; fi
         case "$mode" in
-            rows) echo "[rows]"; echo "local_share = $ROWS_SHARE" ;;
-            experts) echo "[experts]"; echo "local = \"$local_experts\"" ;;
-            shard) echo "[shard]"; echo "local_share = $ROWS_SHARE" ;;
+            rows|shard) echo "[$mode]"
+                        if [ "$CFG_SHARE" = auto ]; then echo 'local_share = "auto"'; else echo "local_share = $CFG_SHARE"; fi ;;
+            experts) echo "[experts]"; echo "local = \"$local_experts\""
+                     if [ "$CFG_REPLICAS" = 1 ]; then echo "replicas = true"; fi ;;
         esac
         while IFS='|' read -r ep share ex; do
             echo "[[worker]]"
             echo "endpoint = \"$ep\""
-            if [ "$mode" = rows ] || [ "$mode" = shard ]; then echo "share = $share"; fi
+            if [ "$mode" = rows ] || [ "$mode" = shard ]; then echo "share = $share"; fi   # "auto" comes quoted
             if [ "$mode" = experts ]; then echo "experts = \"$ex\""; fi
             if [ "$W_CURVE" = 1 ]; then echo "public_key = \"$(sed -n 's/^public-key = "\(.*\)"$/\1/p' "$KEYS/worker/moezip.pub")\""; fi
         done
@@ -324,6 +392,7 @@ write_config() {
 # the run belongs to (a variant and its reference, side by side), "" outside pairs.
 N_RUN=0
 N_FAILED=0
+LAST_REPORT=""   # the report of the last hooked run
 run_one() {
     local m=$1 v=$2 net=$3 place=$4 kind=$5 rep=$6 pair=${7:-}
     local model E half id host_core wcore ns="" mode="" n_workers=0 local_ex="" wl="" i rc=0 engine=moezip-run nr
@@ -335,10 +404,12 @@ run_one() {
     [ "$net" != lo ] && ns=$NET_NS_HOST
     case "$v" in
         observe) mode=observe ;; local) mode=local ;;
-        rows1) mode=rows; n_workers=1 ;;
+        rows1|rows1_slow|rows1_auto_slow) mode=rows; n_workers=1 ;;
         experts1|experts1_curve|experts1_verify) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
+        experts1_plan) mode=experts; n_workers=1; local_ex=${PLAN_LOCAL[$m]} ;;
+        experts1_repl) mode=experts; n_workers=1; local_ex="0-$((E - 1))" ;;
         experts2) mode=experts; n_workers=2 ;;
-        shard1) mode=shard; n_workers=1 ;;
+        shard1|shard1_slow|shard1_auto_slow) mode=shard; n_workers=1 ;;
         rpc_single) engine=llama-bench ;;
         rpc_experts) engine=llama-bench; n_workers=1 ;;
         rpc_tensor) engine=llama-bench; n_workers=2 ;;   # a server on each core: this host's and the worker's
@@ -347,15 +418,24 @@ run_one() {
     CFG_NO_REPACK=$nr
     CFG_TRACE=""
     [ "$kind" = decode ] && [ -n "$mode" ] && CFG_TRACE="$RUNS/$id.trace.json"
-    W_CURVE=0; CFG_VERIFY=0
+    W_CURVE=0; CFG_VERIFY=0; W_THROTTLE=0; CFG_SHARE=$ROWS_SHARE; CFG_REPLICAS=0
+    case "$v" in
+        *_slow) W_THROTTLE=1 ;;&
+        *_auto_slow) CFG_SHARE=auto ;;
+        experts1_repl) CFG_REPLICAS=1 ;;
+        experts1_plan) CFG_REPLICAS=${PLAN_REPLICAS[$m]} ;;
+    esac
     if [ "$v" = experts1_curve ]; then W_CURVE=1; fi
     if [ "$v" = experts1_verify ]; then CFG_VERIFY=$VERIFY_EVERY; fi
     # workers
     local wex=() wshare=() wns=() wbind=() ok=1
     W_EP=(); W_MIB=(); W_HWM=()
     case "$v" in
-        rows1|shard1) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
+        rows1|shard1|rows1_slow|shard1_slow) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
+        rows1_auto_slow|shard1_auto_slow) wex=(""); wshare=('"auto"') ;;
         experts1|experts1_curve|experts1_verify) wex=("$half-$((E - 1))") ;;
+        experts1_plan) wex=("${PLAN_WORKER[$m]}") ;;
+        experts1_repl) wex=("0-$((E - 1))") ;;
         experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
     esac
     for ((i = 0; i < n_workers; i++)); do
@@ -374,7 +454,7 @@ run_one() {
         wl+="${W_EP[$i]}|${wshare[$i]:-0}|${wex[$i]}"$'\n'
     done
     # host
-    local pre=() envs=() args=() cfg="$RUNS/$id.toml" report="$RUNS/$id.report.json" t0 t1 la0 la1 wire0="0 0" wire1="0 0"
+    local pre=() envs=() args=() cfg="$RUNS/$id.toml" report="$RUNS/$id.report.json" t0 t1 la0 la1 wire0="0 0" wire1="0 0" thr0 thr1
     local cmd=("$BIN/moezip-run")
     args=(-m "$model" -b "$N_UBATCH" -t 1 --quiet --json "$RUNS/$id.run.json")
     [ "$nr" = 1 ] && args+=(--no-repack)
@@ -398,10 +478,12 @@ run_one() {
     if [ -n "$mode" ]; then
         printf '%s' "$wl" | write_config "$cfg" "$mode" "$report" "$local_ex"
         envs=(env "LD_PRELOAD=$PRELOAD" "MOEZIP_CONFIG=$cfg")
+        LAST_REPORT=$report
     fi
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
     [ "$PIN" = 1 ] && pre+=(taskset -c "$host_core")
     [ -n "$ns" ] && wire0=$(net_bytes)
+    thr0=$(throttle_stat)
     la0=$(cut -d' ' -f1 /proc/loadavg)
     t0=$(date +%s%N)
     if [ "$ok" = 1 ]; then
@@ -423,19 +505,23 @@ run_one() {
         mkdir -p "$OUT/traces" && cp "$CFG_TRACE" "$OUT/traces/$m-$v-$net.json"
     fi
     [ -n "$ns" ] && wire1=$(net_bytes)
+    thr1=$(throttle_stat)
     stop_workers
     local rss=0 hwm="" mib=""
     [ -f "$RUNS/$id.time" ] && rss=$(tail -1 "$RUNS/$id.time" | awk '{print ($1 ~ /^[0-9]+$/) ? $1 : 0}')
     for ((i = 0; i < n_workers; i++)); do
         hwm+="${hwm:+,}${W_HWM[$i]:-0}"; mib+="${mib:+,}${W_MIB[$i]:-0}"
     done
-    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s,"engine":"%s","pair":"%s","no_repack":%s}\n' \
+    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s,"engine":"%s","pair":"%s","no_repack":%s,"share":"%s","throttle_pct":%d,"throttled_periods":%d,"quota_periods":%d}\n' \
         "$id" "$m" "$v" "${mode:-none}" "$n_workers" "$net" "$place" "$host_core" "$wcore" "$kind" "$rep" "$LOAD" "$ROWS_SHARE" \
         "$rc" "$(( (t1 - t0) / 1000000 ))" "${rss:-0}" "$hwm" "$mib" \
         "$(( ${wire1% *} - ${wire0% *} ))" "$(( ${wire1#* } - ${wire0#* } ))" "$la0" "$la1" \
         "$id.run.json" "$([ -n "$mode" ] && echo "$id.report.json")" "$([ "$PIN" = 1 ] && echo true || echo false)" \
         "$N_PREFILL" "$N_UBATCH" "$N_DECODE" "$([ "$WARMUP" = 1 ] && [ "$kind" = timed ] && echo true || echo false)" \
-        "$engine" "$pair" "$([ "$nr" = 1 ] && echo true || echo false)" > "$RUNS/$id.meta.json"
+        "$engine" "$pair" "$([ "$nr" = 1 ] && echo true || echo false)" \
+        "$([ -n "$mode" ] && [ "$mode" != experts ] && [ "$n_workers" -gt 0 ] && echo "$CFG_SHARE")" \
+        "$([ "$W_THROTTLE" = 1 ] && echo "$THROTTLE_PCT" || echo 0)" "$(( ${thr1% *} - ${thr0% *} ))" "$(( ${thr1#* } - ${thr0#* } ))" \
+        > "$RUNS/$id.meta.json"
     if [ "$rc" -ne 0 ]; then
         N_FAILED=$((N_FAILED + 1))
         echo "bench: run $id failed (status $rc): $(grep -v '^moezip\[' "$RUNS/$id.err" | tail -2 | tr '\n' ' ')" >&2
@@ -445,7 +531,8 @@ run_one() {
 }
 
 # ---- the schedule ----
-PLACES="h0 h1"
+PLACES=${BENCH_PLACES:-h0 h1}
+for p in $PLACES; do case "$p" in h0|h1) ;; *) die "BENCH_PLACES: unknown placement '$p' (h0, h1)";; esac; done
 [ "$PIN" = 1 ] || PLACES="h0"
 
 say "models: $MODELS; repetitions: $REPS; load: $LOAD; prefill $N_PREFILL (ubatch $N_UBATCH), decode $N_DECODE"
@@ -461,11 +548,16 @@ if [ -n "$NETS" ]; then
     NET_UP=1
 fi
 
-NET_VARIANTS=$(without_rpc "$NET_VARIANTS")
+NET_VARIANTS=$(runnable "$NET_VARIANTS")
 [ -n "$RPC_NOTE" ] && say "$RPC_NOTE"
+[ -n "$THROTTLE_NOTE" ] && say "$THROTTLE_NOTE"
+if [ -z "$THROTTLE_NOTE" ]; then
+    throttle_setup "$THROTTLE_PCT" "$THROTTLE_PERIOD_US" || die "could not make the CPU quota group $THROTTLE_CG"
+    say "throttled workers: $THROTTLE_PCT% of a core per ${THROTTLE_PERIOD_US} us ($THROTTLE_CG)"
+fi
 for m in $MODELS; do
     prepare_model "$m"
-    variants=$(without_rpc "$(plan_for "$m")")
+    variants=$(runnable "$(plan_for "$m")")
     nets_here=""
     for x in $NET_MODELS; do [ "$x" = "$m" ] && nets_here=$NETS; done
     # combos of this model: "variant net placement"; each variant's timed runs are paired with its
@@ -488,17 +580,29 @@ for m in $MODELS; do
 
     # phase runs (placement h0): local and every distributed variant, per link
     phase=()
-    for v in local $variants; do case "$v" in local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify) phase+=("$v lo");; esac; done
+    for v in local $variants; do
+        case "$v" in local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|experts1_repl) phase+=("$v lo");; esac
+    done
     for v in $NET_VARIANTS; do case "$v" in rpc_*) ;; *) for n in $nets_here; do phase+=("$v $n"); done;; esac; done
     seen=" "
+    calibration=()
     for c in "${phase[@]}"; do
         case "$seen" in *" $c "*) continue;; esac
         seen+="$c "
         read -r v n <<< "$c"
         [ "$n" != lo ] && net_shape "${n}bit"
         run_one "$m" "$v" "$n" h0 prefill 0
+        [ "$v" = local ] && calibration=("$LAST_REPORT")
         [ "$v" != rows1 ] && run_one "$m" "$v" "$n" h0 decode 0   # rows mode decodes locally (min_rows 2)
+        [ "$v" = local ] && calibration+=("$LAST_REPORT")
     done
+    # experts1_plan: placed from the routing of local's phase runs (prefill and a decode from another prompt)
+    case " $variants " in *" experts1_plan "*)
+        plan_experts "$m" "${calibration[@]}"
+        # the planned run's own phase runs (after the plan: they need it)
+        run_one "$m" experts1_plan lo h0 prefill 0
+        run_one "$m" experts1_plan lo h0 decode 0 ;;
+    esac
 
     say "$m: ${#combos[@]} pairs per repetition x $REPS (each a variant and its reference, side by side)"
     for ((rep = 1; rep <= REPS; rep++)); do
@@ -529,7 +633,7 @@ T_END=$(date +%s)
 say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
 
 summary_rc=0
-BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
+BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}${THROTTLE_NOTE:+; }${THROTTLE_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?
 [ "$N_FAILED" -eq 0 ] || die "$N_FAILED runs failed (their stderr: $RUNS/*.err)"
 [ "$summary_rc" -eq 0 ] || die "the summary found problems (see above)"
 

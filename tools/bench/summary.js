@@ -79,7 +79,10 @@ function timed_groups(runs) {
         const base = groups.get(key(r0.model, ref_variant || r0.variant, "lo", r0.placement)) || [];
         const g = {
             model: r0.model, variant: r0.variant, mode: r0.mode, n_workers: r0.n_workers, net: r0.net,
-            placement: r0.placement, rows_share: r0.rows_share, host_core: r0.host_core, worker_core: r0.worker_core, runs: rs.length,
+            placement: r0.placement, rows_share: r0.rows_share, share: r0.share || "", throttle_pct: r0.throttle_pct || 0,
+            // of the worker's CPU quota periods, how many ran out of quota (the throttle acting)
+            throttled_periods: ok(rs).reduce((a, r) => a + (r.throttled_periods || 0), 0),
+            quota_periods: ok(rs).reduce((a, r) => a + (r.quota_periods || 0), 0), host_core: r0.host_core, worker_core: r0.worker_core, runs: rs.length,
             failed: rs.filter((r) => r.rc !== 0).length,
             prefill: summary(tok(rs, "prefill")), decode: summary(tok(rs, "decode")),
             coordinator_rss_mib: median(ok(rs).map((r) => r.host_maxrss_kib / 1024)),
@@ -110,6 +113,9 @@ function timed_groups(runs) {
         g.stall_checked_runs = stalls.length;
         g.notes = [];
         if (g.variant === "experts2") g.notes.push("3 processes on 2 cores: both workers share one core");
+        if (g.throttle_pct > 0)
+            g.notes.push(`worker capped at ${g.throttle_pct}% of a core (cgroup quota; throttled in ${g.throttled_periods} of ` +
+                         `${g.quota_periods} periods), ${g.share === "auto" ? "automatic shares" : "fixed shares " + g.rows_share}`);
         if (g.net !== "lo") g.notes.push(`tbf ${g.net}bit veth, no added delay (no netem)`);
         // ggml-rpc-server copies what it is sent into its own buffers: anonymous memory, whatever the client maps
         if ((g.variant === "rpc_experts" || g.variant === "rpc_tensor") && r0.load === "mmap")

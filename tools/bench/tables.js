@@ -79,8 +79,11 @@ function wire_table(phases) {
 function amdahl_table(amdahl) {
     const rows = [...amdahl].filter((a) => a.variant !== "observe").sort(order).map((a) => [
         a.model, link(a.net), a.variant, a.placement === "h0" ? "0" : "1", a.phase, pct(a.moe_share), x2(a.bound),
-        x2(a.measured), pct(a.fraction_of_bound)]);
-    return table(["model", "link", "variant", "coord. core", "phase", "MoE share", "Amdahl bound", "measured", "of bound"], rows);
+        x2(a.measured), pct(a.fraction_of_bound),
+        a.fraction_ci95 ? `[${pct(a.fraction_ci95.lo)}, ${pct(a.fraction_ci95.hi)}]` : "no interval"]);
+    // *_slow variants: the bound is the ideal split's with the worker at its CPU quota (targets.js)
+    return table(["model", "link", "variant", "coord. core", "phase", "MoE share", "Amdahl bound", "measured", "of bound",
+                  "of bound, 95% interval (paired)"], rows);
 }
 
 function floor_table(floor) {

@@ -11,6 +11,13 @@
 //   experts1_verify        1 (not computed: one worker result in N is computed here as well)
 //   experts2               1 (both workers share one core while the coordinator's core waits)
 //   shard1                 1 / ((1 - p) + p * max(s, 1 - s)) in prefill and decode: every expert's n_ff split by s
+//   experts1_plan, experts1_repl   1 / ((1 - p) + p / 2), as experts1 (placement changes how close a run
+//                          gets to it, not the bound)
+//   rows1_slow, rows1_auto_slow, shard1_slow, shard1_auto_slow: the worker runs at r = its CPU quota (a
+//                          fraction of a core) of the coordinator's speed. The bound is the ideal split's,
+//                          whatever the variant's shares: the coordinator takes 1 / (1 + r) of the work,
+//                          the worker r / (1 + r), both finish together: 1 / ((1 - p) + p / (1 + r)) (rows:
+//                          prefill only, decode 1). Fixed shares s give at most 1 / ((1 - p) + p * max(s, (1 - s) / r)).
 "use strict";
 
 function moe_share(phases, model, phase) {
@@ -18,9 +25,15 @@ function moe_share(phases, model, phase) {
     return r ? r.moe_share : null;
 }
 
-/// The speedup bound of a variant in a phase for MoE share p and rows share s.
-function amdahl_bound(variant, phase, p, s) {
+/// The speedup bound of a variant in a phase for MoE share p, rows share s and the worker's speed r
+/// relative to this host (its CPU quota: 1 when not throttled).
+function amdahl_bound(variant, phase, p, s, r = 1) {
     if (p === null) return null;
+    if (variant.endsWith("_slow")) {
+        if (variant.startsWith("rows1") && phase === "decode") return 1;
+        return 1 / (1 - p + p / (1 + r));
+    }
+    if (variant === "experts1_plan" || variant === "experts1_repl") return 1 / (1 - p + p / 2);
     if (variant === "rows1" && phase === "prefill") return 1 / (1 - p + p * Math.max(s, 1 - s));
     if (variant === "experts1" || variant === "experts1_curve") return 1 / (1 - p + p / 2);
     if (variant === "shard1") return 1 / (1 - p + p * Math.max(s, 1 - s));
@@ -34,11 +47,14 @@ function amdahl_rows(groups, phases) {
             g.engine === "llama-bench") continue;  // bound 1 (see targets), or not moezip
         for (const ph of ["prefill", "decode"]) {
             const p = moe_share(phases, g.model, ph);
-            const bound = amdahl_bound(g.variant, ph, p, g.rows_share);
+            const bound = amdahl_bound(g.variant, ph, p, g.rows_share, g.throttle_pct ? g.throttle_pct / 100 : 1);
             const measured = g[ph].ratio_to_single;
             out.push({ model: g.model, variant: g.variant, net: g.net, placement: g.placement, phase: ph,
                        moe_share: p, bound, measured,
-                       fraction_of_bound: bound && measured !== null ? measured / bound : null });
+                       fraction_of_bound: bound && measured !== null ? measured / bound : null,
+                       // the paired ratio's 95% interval over the bound
+                       fraction_ci95: bound && g[ph].ci95 && g[ph].ci95.lo !== null
+                           ? { point: g[ph].ci95.point / bound, lo: g[ph].ci95.lo / bound, hi: g[ph].ci95.hi / bound } : null });
         }
     }
     return out;
@@ -77,6 +93,13 @@ function target_rows(groups, phases, amdahl) {
                      g.decode.ci95);
     }
     for (const a of amdahl) {
+        const at = { model: a.model, variant: a.variant, net: a.net, placement: a.placement, phase: a.phase };
+        if (a.variant === "experts1_repl" && a.net === "lo" && a.phase === "decode")
+            check_ci(t, "experts, every expert on both hosts (balanced dispatch): decode >= 95% of the Amdahl bound (paired)",
+                     0.95, at, a.fraction_ci95);
+        if ((a.variant === "rows1_auto_slow" && a.phase === "prefill") || a.variant === "shard1_auto_slow")
+            check_ci(t, `${a.variant.startsWith("rows") ? "rows" : "shard"} mode, throttled worker, automatic shares: ${a.phase} ` +
+                     ">= 90% of the ideal split's bound (paired)", 0.9, at, a.fraction_ci95);
         if (a.variant === "rows1" && a.phase === "prefill")
             check(t, "rows mode, one worker: prefill >= 90% of the Amdahl bound", 0.9,
                   { model: a.model, variant: a.variant, net: a.net, placement: a.placement, phase: "prefill" },
