@@ -1,10 +1,13 @@
 // The balancer of replicated experts (coordinator/modes/expert_balance.h): which owner computes
 // each expert's slots of a call, from the hosts' measured speeds.
 #include "coordinator/modes/expert_balance.h"
+#include "coordinator/modes/overhead_sample.h"
 #include "coordinator/modes/split.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 using namespace moezip;
@@ -134,3 +137,59 @@ TEST(ExpertOwnerSets, ReplicasListEveryOwnerAndTheCoordinatorFirst) {
 }
 
 } // namespace
+
+namespace {
+
+/// Decode calls of top-8 with every expert on both hosts, played against the balancer the way
+/// ExpertsHandler measures them: the request is sent at 0, this host computes its slots and then
+/// waits; the reply arrives at service + overhead but, when the coordinator's I/O thread shares the
+/// compute thread's core, is only read once this host's compute has ended, so the measured round
+/// trip is max(arrival, this host's compute). At call 50 the worker stalls once for 20 ms (this VM
+/// deschedules a process now and then). `observed` decides which samples count as true (the
+/// handlers use reply_arrival_observed). Returns the worker's slots in the last 100 of 400 calls.
+template <class Observed>
+int worker_slots_after_loop(double here_ms_per_slot, double worker_ms_per_slot, double overhead_ms, Observed observed,
+                            double * overhead_estimate) {
+    using clock = std::chrono::steady_clock;
+    ExpertBalancer b(2);
+    int worker_slots = 0;
+    for (int call = 0; call < 400; ++call) {
+        const auto g = decode_call(8, {0, 1});
+        const auto m = slots_per_host(g, b.assign(g, CallSize::small));
+        const int here = m.count(0) ? m.at(0) : 0, there = m.count(1) ? m.at(1) : 0;
+        const double here_ms = here * here_ms_per_slot;
+        b.observe_compute(0, CallSize::small, here, here_ms);
+        if (there > 0) {
+            const double service = there * worker_ms_per_slot + (call == 50 ? 20.0 : 0.0);
+            const double rtt = std::max(service + overhead_ms, here_ms);  // read after this host's compute
+            const clock::time_point sent{};
+            const clock::time_point wait_from = sent + std::chrono::microseconds((int64_t) (here_ms * 1000));
+            b.observe_compute(1, CallSize::small, there, service);
+            b.observe_overhead(1, rtt - service, observed(sent, wait_from, service));
+        }
+        if (call >= 300) worker_slots += there;
+    }
+    *overhead_estimate = b.speed(1).overhead_ms;
+    return worker_slots;
+}
+
+} // namespace
+
+// The bench run of 2026-12-01 (docs/performance.md, "Placement and a slower worker"): with every expert
+// on both hosts, decode ran at 0.87x one node against 1.42x for plain halves, because a reply read
+// after this host's compute was taken as a true overhead sample (the time in recv exceeded 0.05 ms as
+// soon as the I/O thread got the core). The overhead then grew with this host's own compute time, the
+// worker looked costlier, and this host was given more: after one stall of the worker the split never
+// came back. Here the worker is faster (0.75 against 1.0 ms per slot, 0.5 ms overhead): balanced, it
+// takes at least 4 of 8 slots; with the old rule it kept 2 of 8 after the stall, its overhead 4.5 ms.
+TEST(ExpertBalance, ARepliesReadAfterOwnComputeDoNotInflateTheWorkersOverhead) {
+    double overhead = 0;
+    const int fixed = worker_slots_after_loop(1.0, 0.75, 0.5, reply_arrival_observed, &overhead);
+    EXPECT_NEAR(overhead, 0.5, 0.05);
+    EXPECT_GE(fixed, 400);  // >= 4 of 8 slots per call over the last 100 calls
+    // the rule it replaced: every reply for which this host spent time in recv counted as true
+    double inflated = 0;
+    const int before = worker_slots_after_loop(1.0, 0.75, 0.5, [](auto, auto, double) { return true; }, &inflated);
+    EXPECT_GT(inflated, 1.5);
+    EXPECT_LT(before, fixed);
+}

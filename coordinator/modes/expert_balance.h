@@ -54,8 +54,9 @@ public:
     std::vector<int> assign(const std::vector<ExpertGroup> & groups, CallSize size);
     /// Host h computed `slots` slots in `ms` (this host: its compute; a worker: its service time).
     void observe_compute(size_t h, CallSize size, int64_t slots, double ms);
-    /// Worker host h's round trip minus its service time, `ms`. `waited`: this host was waiting when
-    /// the reply came (the sample is the overhead); else the reply waited for this host and the
+    /// Worker host h's round trip minus its service time, `ms`. `waited`: this host began waiting
+    /// before the worker could have finished (reply_arrival_observed, overhead_sample.h), so the
+    /// sample is the overhead; else the reply may have waited for this host and the
     /// sample is only an upper bound, used when it is below an estimate made of true samples.
     void observe_overhead(size_t h, double ms, bool waited);
     /// Slots of a failed worker's part computed by this host because it owns them too.

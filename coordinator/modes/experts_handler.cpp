@@ -1,4 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
+#include "coordinator/modes/overhead_sample.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
@@ -245,8 +246,8 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
-    // the reply came while this host waited (more than a hash check's time in recv): a true sample
-    const bool waited = ms_between(t_wait, now) > 0.05;
+    // a true sample only when this host was already waiting before the worker could have finished
+    const bool waited = reply_arrival_observed(p.sent_at, t_wait, service);
     balancer_.observe_overhead(1 + w, ms_between(p.sent_at, now) - service, waited);
 }
 

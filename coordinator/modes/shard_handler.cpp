@@ -1,4 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
+#include "coordinator/modes/overhead_sample.h"
 
 #include "coordinator/evidence/trace.h"
 
@@ -89,7 +90,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (rs) {
             const auto now = std::chrono::steady_clock::now();
             share_bal_.observe(1 + p.first, (double) (n * (slices[p.first + 1].count / block)), rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, ms_between(t_sent, now) - rh.service_us / 1000.0, ms_between(t_wait, now) > 0.05);
+            share_bal_.observe_overhead(1 + p.first, ms_between(t_sent, now) - rh.service_us / 1000.0,
+                                        reply_arrival_observed(t_sent, t_wait, rh.service_us / 1000.0));
         }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))
             rs = Status::corruption(link.endpoint() + ": result does not match the request");
