@@ -26,25 +26,68 @@ double last_share(const json & balance, size_t host) {
     return balance["history"].back()["shares"][host].get<double>();
 }
 
+using moezip::CallSize;
+
+moezip::OverheadSample sample(double ms, CallSize size, double payload) {
+    moezip::OverheadSample s;
+    s.size = size;
+    s.ms = ms;
+    s.payload = payload;
+    s.observed = true;
+    return s;
+}
+
 TEST(ShareBalance, EqualHostsSplitEvenlyAndASlowerOneGetsLess) {
     moezip::ShareBalancer b(2);
-    EXPECT_EQ(b.split(100, 1.0), (std::vector<int64_t>{50, 50}));
-    b.observe(0, 100, 10.0);  // 0.1 ms per row
-    b.observe(1, 100, 40.0);  // 0.4 ms per row
-    EXPECT_EQ(b.split(100, 1.0), (std::vector<int64_t>{80, 20}));
-    // a worker whose overhead alone exceeds the equal finish time gets nothing
-    b.observe_overhead(1, 50.0, /*waited =*/ true);
-    EXPECT_EQ(b.split(100, 1.0), (std::vector<int64_t>{100, 0}));
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{50, 50}));
+    b.observe(0, CallSize::large, 100, 10.0);  // 0.1 ms per row
+    b.observe(1, CallSize::large, 100, 40.0);  // 0.4 ms per row
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{80, 20}));
+    // a worker whose fixed cost per call alone exceeds the equal finish time gets nothing
+    b.observe_overhead(1, sample(50.0, CallSize::small, 1));
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{100, 0}));
 }
 
 TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
     moezip::ShareBalancer b(2);
-    b.observe(0, 1, 1.0);
-    b.observe(1, 1, 1.0);
-    b.observe_overhead(1, 1000.0, true);
+    b.observe(0, CallSize::large, 1, 1.0);
+    b.observe(1, CallSize::large, 1, 1.0);
+    b.observe_overhead(1, sample(1000.0, CallSize::small, 1));
     int64_t given = 0;
-    for (uint64_t call = 0; call < moezip::kShareProbeCalls; ++call) given += b.split(10, 1.0)[1];
+    for (uint64_t call = 0; call < moezip::kShareProbeCalls; ++call) given += b.split(10, 1.0, CallSize::large)[1];
     EXPECT_EQ(given, 1);
+}
+
+// Rows mode: a worker's transfer grows with the rows it is given, so it counts per row. Equal
+// compute (0.1 ms per row) and 0.1 ms of transfer per row make the worker's row cost twice this
+// host's: a third of the rows, where a fixed overhead (10 ms measured at 100 rows) gave it 45.
+TEST(ShareBalance, RowsModeCountsTheTransferPerRowGiven) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::units);
+    b.observe(0, CallSize::large, 100, 10.0);
+    b.observe(1, CallSize::large, 100, 10.0);
+    b.observe_overhead(1, sample(10.0, CallSize::large, 100));
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{67, 33}));
+}
+
+// Shard mode: every worker gets every row, so a prefill's transfer is a fixed cost of that call and
+// says nothing of a decode call's. The bench's throttled run measured 74 ms on 512-row calls and
+// then gave the worker no slice at all, decode included (docs/performance.md).
+TEST(ShareBalance, ShardModeKeepsAPrefillsTransferOutOfDecodeCalls) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::call_rows);
+    b.observe(0, CallSize::large, 24 * 512, 24 * 512 * 0.01);  // 0.01 ms per row x block
+    b.observe(1, CallSize::large, 24 * 512, 24 * 512 * 0.01);
+    b.observe(0, CallSize::small, 24, 24 * 0.125);  // a decode row reads every weight: 0.125 ms per block
+    b.observe(1, CallSize::small, 24, 24 * 0.125);
+    b.observe_overhead(1, sample(74.0, CallSize::large, 512));
+    b.observe_overhead(1, sample(0.2, CallSize::small, 1));
+    // prefill: 24 blocks x 512 rows = 123 ms here alone; 74 ms of transfer leaves the worker a few
+    const std::vector<int64_t> prefill = b.solve(24, 512, CallSize::large);
+    EXPECT_GT(prefill[1], 0);
+    EXPECT_LT(prefill[1], 6);
+    // decode: the fixed 0.2 ms against 3 ms of compute: close to even (the old estimate: none)
+    const std::vector<int64_t> decode = b.solve(24, 1, CallSize::small);
+    EXPECT_EQ(decode, (std::vector<int64_t>{13, 11}));
+    EXPECT_GT(b.makespan({24, 0}, 1, CallSize::small), b.makespan(decode, 1, CallSize::small));
 }
 
 TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {
@@ -65,7 +108,7 @@ TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {
     const json & b = rep["balance"];
     EXPECT_EQ(b["mode"], "rows");
     EXPECT_EQ(b["history"][0]["shares"], json::array({0.5, 0.5})) << "the first call splits evenly: " << b.dump();
-    EXPECT_GT(b["hosts"][1]["ms_per_unit"].get<double>(), 2 * b["hosts"][0]["ms_per_unit"].get<double>()) << b.dump();
+    EXPECT_GT(b["hosts"][1]["ms_per_unit_large"].get<double>(), 2 * b["hosts"][0]["ms_per_unit_large"].get<double>()) << b.dump();
     EXPECT_LT(last_share(b, 1), 0.4) << "the slow worker's share shrank: " << b.dump();
     EXPECT_GT(b["hosts"][1]["units"].get<uint64_t>(), 0u) << "but it still computes rows: " << b.dump();
 }

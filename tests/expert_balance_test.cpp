@@ -1,7 +1,7 @@
 // The balancer of replicated experts (coordinator/modes/expert_balance.h): which owner computes
 // each expert's slots of a call, from the hosts' measured speeds.
 #include "coordinator/modes/expert_balance.h"
-#include "coordinator/modes/overhead_sample.h"
+#include "coordinator/modes/worker_overhead.h"
 #include "coordinator/modes/split.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +19,17 @@ std::vector<ExpertGroup> decode_call(int k, const std::vector<int> & hosts) {
     std::vector<ExpertGroup> g;
     for (int e = 0; e < k; ++e) g.push_back({e, 1, hosts});
     return g;
+}
+
+/// A reply's overhead sample of `ms` (round trip - service) in a call of `size` whose request
+/// carried `payload` rows.
+OverheadSample sample(double ms, bool observed, CallSize size = CallSize::small, double payload = 1) {
+    OverheadSample s;
+    s.size = size;
+    s.ms = ms;
+    s.payload = payload;
+    s.observed = observed;
+    return s;
 }
 
 std::map<int, int> slots_per_host(const std::vector<ExpertGroup> & g, const std::vector<int> & host) {
@@ -49,7 +60,7 @@ TEST(ExpertBalance, AWorkersOverheadIsCountedOnceForItsPart) {
     ExpertBalancer b(2);
     b.observe_compute(0, CallSize::small, 1, 0.5);
     b.observe_compute(1, CallSize::small, 1, 0.5);
-    b.observe_overhead(1, 1.0, /*waited =*/ true);  // the worker's part costs 1 ms more
+    b.observe_overhead(1, sample(1.0, /*observed =*/ true));  // the worker's part costs 1 ms more
     const auto g = decode_call(8, {0, 1});
     auto m = slots_per_host(g, b.assign(g, CallSize::small));
     // finish here 0.5 x 5 = 2.5 ms, there 1 + 0.5 x 3 = 2.5 ms
@@ -104,21 +115,47 @@ TEST(ExpertBalance, SpeedsAreKeptPerCallSize) {
     EXPECT_DOUBLE_EQ(b.speed(0).ms_per_slot[0], 0.5);
     EXPECT_DOUBLE_EQ(b.speed(0).ms_per_slot[1], 0.05);
     // an unmeasured host is taken as fast as the measured ones
-    EXPECT_DOUBLE_EQ(b.expected_ms(1, CallSize::large, 10), 0.5);
+    EXPECT_DOUBLE_EQ(b.expected_ms(1, CallSize::large, 10, /*first =*/ true), 0.5);
 }
 
 TEST(ExpertBalance, AnOverheadUpperBoundOnlyLowersTheEstimate) {
     ExpertBalancer b(2);
-    b.observe_overhead(1, 1.0, true);
-    b.observe_overhead(1, 5.0, false);  // the reply waited for this host: not the overhead
-    EXPECT_DOUBLE_EQ(b.speed(1).overhead_ms, 1.0);
-    b.observe_overhead(1, 0.5, false);
-    EXPECT_LT(b.speed(1).overhead_ms, 1.0);
+    b.observe_overhead(1, sample(1.0, true));
+    b.observe_overhead(1, sample(5.0, false));  // the reply waited for this host: not the overhead
+    EXPECT_DOUBLE_EQ(b.speed(1).overhead.per_call_ms(), 1.0);
+    b.observe_overhead(1, sample(0.5, false));
+    EXPECT_LT(b.speed(1).overhead.per_call_ms(), 1.0);
     // and never starts one: a worker without a true sample stays cheap, so it is given work
     ExpertBalancer fresh(2);
-    fresh.observe_overhead(1, 7.0, false);
-    EXPECT_EQ(fresh.speed(1).overhead_samples, 0u);
-    EXPECT_DOUBLE_EQ(fresh.speed(1).overhead_ms, 0.0);
+    fresh.observe_overhead(1, sample(7.0, false));
+    EXPECT_EQ(fresh.speed(1).overhead.samples(CallSize::small), 0u);
+    EXPECT_DOUBLE_EQ(fresh.speed(1).overhead.per_call_ms(), 0.0);
+}
+
+// The bench's timed runs (docs/performance.md, "Balancer estimates per call size"): a 512-token
+// prefill came first, its replies carried thousands of slot outputs, and their transfer was kept
+// as the worker's overhead for every call after, so each decode call of 8 slots gave the worker
+// fewer than its half. The transfer is a cost per slot of large calls, and a decode call pays only
+// the fixed part, measured on decode calls.
+TEST(ExpertBalance, APrefillsTransferDoesNotMakeDecodeCallsLookExpensive) {
+    ExpertBalancer b(2);
+    b.observe_compute(0, CallSize::large, 2048, 204.8);  // 0.1 ms per slot
+    b.observe_compute(1, CallSize::large, 2048, 204.8);
+    b.observe_compute(0, CallSize::small, 8, 2.4);  // 0.3 ms per slot
+    b.observe_compute(1, CallSize::small, 8, 2.4);
+    b.observe_overhead(1, sample(0.25 + 2048 * 0.05, true, CallSize::large, 2048));  // 0.05 ms of transfer per slot
+    b.observe_overhead(1, sample(0.25, true));
+    const auto g = decode_call(8, {0, 1});
+    auto m = slots_per_host(g, b.assign(g, CallSize::small));
+    // here 4 x 0.3 = 1.2 ms, there 0.25 + 4 x 0.3 = 1.45 ms; one estimate of ~100 ms gave it none
+    EXPECT_EQ(m[1], 4);
+    // in a prefill call the transfer counts per slot: 0.15 ms there against 0.1 here, so the worker
+    // takes 2/5 of 64 experts x 64 slots (25.6 experts; whole experts: 25 or 26)
+    std::vector<ExpertGroup> big;
+    for (int e = 0; e < 64; ++e) big.push_back({e, 64, {0, 1}});
+    auto mb = slots_per_host(big, b.assign(big, CallSize::large));
+    EXPECT_GE(mb[1], 25 * 64);
+    EXPECT_LE(mb[1], 26 * 64);
 }
 
 TEST(ExpertOwnerSets, ReplicasListEveryOwnerAndTheCoordinatorFirst) {
@@ -165,11 +202,11 @@ int worker_slots_after_loop(double here_ms_per_slot, double worker_ms_per_slot, 
             const clock::time_point sent{};
             const clock::time_point wait_from = sent + std::chrono::microseconds((int64_t) (here_ms * 1000));
             b.observe_compute(1, CallSize::small, there, service);
-            b.observe_overhead(1, rtt - service, observed(sent, wait_from, service));
+            b.observe_overhead(1, sample(rtt - service, observed(sent, wait_from, service)));
         }
         if (call >= 300) worker_slots += there;
     }
-    *overhead_estimate = b.speed(1).overhead_ms;
+    *overhead_estimate = b.speed(1).overhead.per_call_ms();
     return worker_slots;
 }
 

@@ -1,5 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
-#include "coordinator/modes/overhead_sample.h"
+#include "coordinator/modes/worker_overhead.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
@@ -144,7 +144,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     c.local_slots += blocks[0].count * k;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
-    share_bal_.observe(0, (double) blocks[0].count, ms_between(t_own, t_local));
+    share_bal_.observe(0, call_size(n), (double) blocks[0].count, ms_between(t_own, t_local));
     // 3. results land in their original row positions
     float * out = static_cast<float *>(r.out->data);
     for (auto & p : pending) {
@@ -156,9 +156,9 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         Status rs = link.recv(p.second, rh, data);
         if (rs) {
             const auto now = std::chrono::steady_clock::now();
-            share_bal_.observe(1 + p.first, (double) b.count, rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, ms_between(t_sent, now) - rh.service_us / 1000.0,
-                                        reply_arrival_observed(t_sent, t_wait, rh.service_us / 1000.0));
+            share_bal_.observe(1 + p.first, call_size(n), (double) b.count, rh.service_us / 1000.0);
+            share_bal_.observe_overhead(1 + p.first, overhead_sample(call_size(n), (double) b.count, t_sent, t_wait, now,
+                                                                     rh.service_us / 1000.0));
         }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||
                    data.size() != (size_t) (b.count * E) * sizeof(float)))
@@ -207,7 +207,7 @@ std::vector<RowBlock> RowsHandler::row_blocks(int64_t n) {
         for (const WorkerConfig & w : cfg_.workers) shares.push_back(w.share);
         return split_rows(n, shares);
     }
-    const std::vector<int64_t> counts = share_bal_.split(n, 1.0);
+    const std::vector<int64_t> counts = share_bal_.split(n, 1.0, call_size(n));
     share_bal_.count(counts);
     share_bal_.record(++split_calls_, counts);
     return split_counts(counts);

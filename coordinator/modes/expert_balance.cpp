@@ -23,7 +23,11 @@ double ExpertBalancer::per_slot(size_t h, CallSize size) const {
     return 1.0;
 }
 
-double ExpertBalancer::expected_ms(size_t h, CallSize size, int64_t slots) const { return per_slot(h, size) * (double) slots; }
+double ExpertBalancer::expected_ms(size_t h, CallSize size, int64_t slots, bool first) const {
+    const WorkerOverhead & o = speed_[h].overhead;
+    const double fixed = first ? o.per_call_ms() : 0.0;
+    return fixed + per_slot(h, size) * (double) slots + (o.expected_ms(size, (double) slots) - o.per_call_ms());
+}
 
 std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups, CallSize size) {
     const size_t H = speed_.size();
@@ -32,7 +36,7 @@ std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups,
     std::vector<bool> busy(H, false), candidate(H, false);
     auto add = [&](size_t g, int h) {
         host[g] = h;
-        finish[h] += (busy[h] ? 0 : speed_[h].overhead_ms) + expected_ms(h, size, groups[g].slots);
+        finish[h] += expected_ms(h, size, groups[g].slots, !busy[h]);
         busy[h] = true;
     };
     std::vector<size_t> open;  // groups with a choice
@@ -51,7 +55,7 @@ std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups,
         double best_finish = 0;
         for (int h : groups[g].hosts) {
             candidate[h] = true;
-            const double f = finish[h] + (busy[h] ? 0 : speed_[h].overhead_ms) + expected_ms(h, size, groups[g].slots);
+            const double f = finish[h] + expected_ms(h, size, groups[g].slots, !busy[h]);
             if (best < 0 || f < best_finish) { best = h; best_finish = f; }
         }
         add(g, best);
@@ -75,13 +79,13 @@ std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups,
         const int h = host[g];
         slots_[h] += (uint64_t) groups[g].slots;
         if (groups[g].hosts.size() > 1) replicated_slots_[h] += (uint64_t) groups[g].slots;
-        load[h] += expected_ms(h, size, groups[g].slots);
+        load[h] += expected_ms(h, size, groups[g].slots, !has[h]);
         has[h] = true;
     }
     double makespan = 0;
     for (size_t h = 0; h < H; ++h) {
         if (has[h]) idle_calls_[h] = 0;
-        if (has[h]) makespan = std::max(makespan, load[h] + speed_[h].overhead_ms);
+        if (has[h]) makespan = std::max(makespan, load[h]);
     }
     if (!open.empty()) makespan_ms_sum_ += makespan;
     return host;
@@ -92,15 +96,6 @@ void ExpertBalancer::observe_compute(size_t h, CallSize size, int64_t slots, dou
     HostSpeed & s = speed_[h];
     const int c = (int) size;
     moving_average_add(s.ms_per_slot[c], ms / (double) slots, s.samples[c]);
-}
-
-void ExpertBalancer::observe_overhead(size_t h, double ms, bool waited) {
-    if (!(ms >= 0)) return;
-    HostSpeed & s = speed_[h];
-    // An upper bound never starts the estimate: a worker stays cheap (0) until a true sample says
-    // otherwise, so it is given work and measured (a cold first call's bound would keep it idle).
-    if (waited) moving_average_add(s.overhead_ms, ms, s.overhead_samples);
-    else if (s.overhead_samples > 0 && ms < s.overhead_ms) moving_average_add(s.overhead_ms, ms, s.overhead_samples, 0.5);
 }
 
 nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) const {
@@ -114,7 +109,8 @@ nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) c
                          {"ms_per_slot_large", s.ms_per_slot[1]},
                          {"samples_small", s.samples[0]},
                          {"samples_large", s.samples[1]},
-                         {"overhead_ms", s.overhead_ms},
+                         {"overhead_ms_per_call", s.overhead.per_call_ms()},
+                         {"overhead_ms_per_slot_large", s.overhead.per_row_ms()},
                          {"probes", probes_[h]},
                          {"covered_slots", covered_[h]}});
     }

@@ -5,8 +5,10 @@
 // slot order, and a slot's output is the same bits on every host (same kernels, per-slot
 // arithmetic: docs/numerics.md), so the result does not depend on it.
 //
-// The model of a host: expected time of a part = overhead_ms (a worker: transfer and ZeroMQ, the
-// round trip minus the worker's own service time; 0 for this host) + ms_per_slot x slots, with
+// The model of a host: expected time of a part = a worker's overhead (transfer and ZeroMQ, the round
+// trip minus the worker's own service time: a fixed cost per call, plus a cost per slot in large
+// calls, where the reply carries every slot's output; worker_overhead.h; 0 for this host)
+// + ms_per_slot x slots, with
 // ms_per_slot measured per call size (few rows: every slot reads its expert's weights; many rows:
 // an expert's weights are read once for many slots) as a moving average of this host's own compute
 // time and the workers' service times from the reply headers. Each call, experts with one usable
@@ -16,6 +18,8 @@
 // measured again. Hosts: 0 = this host, 1 + w = worker w.
 #pragma once
 
+#include "coordinator/modes/worker_overhead.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -24,9 +28,6 @@
 
 namespace moezip {
 
-/// Which speed estimate a call uses: at most kSmallCallRows rows (decode) or more (prefill).
-enum class CallSize { small = 0, large = 1 };
-constexpr int64_t kSmallCallRows = 8;
 /// Calls a usable owner may go without work before it is given some to be measured again.
 constexpr uint64_t kProbeCalls = 32;
 
@@ -40,9 +41,8 @@ struct ExpertGroup {
 /// A host's measured speed (see the file comment); 0 = not measured yet.
 struct HostSpeed {
     double ms_per_slot[2] = {0, 0};  ///< by CallSize
-    double overhead_ms = 0;          ///< workers: round trip - service; this host: 0
     uint64_t samples[2] = {0, 0};    ///< compute measurements by CallSize
-    uint64_t overhead_samples = 0;
+    WorkerOverhead overhead;         ///< workers: round trip - service (payload: slots); this host: 0
 };
 
 class ExpertBalancer {
@@ -54,16 +54,16 @@ public:
     std::vector<int> assign(const std::vector<ExpertGroup> & groups, CallSize size);
     /// Host h computed `slots` slots in `ms` (this host: its compute; a worker: its service time).
     void observe_compute(size_t h, CallSize size, int64_t slots, double ms);
-    /// Worker host h's round trip minus its service time, `ms`. `waited`: this host began waiting
-    /// before the worker could have finished (reply_arrival_observed, overhead_sample.h), so the
-    /// sample is the overhead; else the reply may have waited for this host and the
-    /// sample is only an upper bound, used when it is below an estimate made of true samples.
-    void observe_overhead(size_t h, double ms, bool waited);
+    /// Worker host h's round trip minus its service time (overhead_sample(), worker_overhead.h; the
+    /// payload is the slots of the part): an observed sample is the overhead, an upper bound only
+    /// lowers an estimate made of observed ones.
+    void observe_overhead(size_t h, const OverheadSample & s) { speed_[h].overhead.observe(s); }
     /// Slots of a failed worker's part computed by this host because it owns them too.
     void count_covered(size_t h, int64_t slots) { covered_[h] += (uint64_t) slots; }
     const HostSpeed & speed(size_t h) const { return speed_[h]; }
-    /// Expected time of `slots` slots on host h, ms, for a host that already has work (no overhead).
-    double expected_ms(size_t h, CallSize size, int64_t slots) const;
+    /// Expected time of `slots` more slots on host h, ms: their compute and, in large calls, their
+    /// transfer; plus the fixed cost of a call when the host has no work yet (`first`).
+    double expected_ms(size_t h, CallSize size, int64_t slots, bool first) const;
     /// The report's `balance` section: per host (named by `names`, same indices) the slots it was
     /// given, how many of them were replicated decisions, its speed estimates, probes, covered slots;
     /// and the calls with decisions and their mean expected finish (ms) of the busiest host.

@@ -1,5 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
-#include "coordinator/modes/overhead_sample.h"
+#include "coordinator/modes/worker_overhead.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
@@ -94,7 +94,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     }
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
-    const CallSize size = n <= kSmallCallRows ? CallSize::small : CallSize::large;
+    const CallSize size = call_size(n);
     const std::vector<int> host_of = assign_hosts(r, size);  // per expert: 0 = here, 1 + w = worker w
 
     // 1. build and send each worker's part (only rows that selected its experts)
@@ -246,9 +246,8 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
-    // a true sample only when this host was already waiting before the worker could have finished
-    const bool waited = reply_arrival_observed(p.sent_at, t_wait, service);
-    balancer_.observe_overhead(1 + w, ms_between(p.sent_at, now) - service, waited);
+    // payload: the part's slots (in exact combine the reply carries one output row per slot)
+    balancer_.observe_overhead(1 + w, overhead_sample(size, (double) p.pairs.size(), p.sent_at, t_wait, now, service));
 }
 
 bool ExpertsHandler::covered_here(const MoeRegion & r, const Part & p) const {

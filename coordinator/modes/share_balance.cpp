@@ -12,48 +12,29 @@ constexpr size_t kHistoryMax = 256;
 
 } // namespace
 
-ShareBalancer::ShareBalancer(size_t n_hosts)
-    : ms_per_unit_(n_hosts, 0), overhead_ms_(n_hosts, 0), samples_(n_hosts, 0), overhead_samples_(n_hosts, 0), units_(n_hosts, 0),
-      probes_(n_hosts, 0), idle_calls_(n_hosts, 0) {}
+ShareBalancer::ShareBalancer(size_t n_hosts, SharePayload payload)
+    : payload_(payload), ms_per_unit_(n_hosts), overhead_(n_hosts), samples_(n_hosts), units_(n_hosts, 0), probes_(n_hosts, 0),
+      idle_calls_(n_hosts, 0) {}
 
-double ShareBalancer::per_unit(size_t h) const {
-    if (samples_[h] > 0) return ms_per_unit_[h];
+double ShareBalancer::per_unit(size_t h, CallSize size) const {
+    const int c = (int) size;
+    if (samples_[h][c] > 0) return ms_per_unit_[h][c];
     double sum = 0;
     int n = 0;
     for (size_t k = 0; k < samples_.size(); ++k)
-        if (samples_[k] > 0) { sum += ms_per_unit_[k]; ++n; }
+        if (samples_[k][c] > 0) { sum += ms_per_unit_[k][c]; ++n; }
     return n > 0 ? sum / n : 1.0;
 }
 
-std::vector<int64_t> ShareBalancer::split(int64_t units, double scale) {
-    const size_t H = ms_per_unit_.size();
-    std::vector<bool> in(H, true);
-    std::vector<double> exact(H, 0);
-    // equal finish T: sum over active hosts of (T - o_h) / c_h = units; drop hosts with T < o_h
-    for (size_t round = 0; round < H; ++round) {
-        double inv = 0, o_over_c = 0;
-        for (size_t h = 0; h < H; ++h) {
-            if (!in[h]) continue;
-            const double c = std::max(per_unit(h) * scale, 1e-12);
-            inv += 1 / c;
-            o_over_c += overhead_ms_[h] / c;
-        }
-        const double T = (units + o_over_c) / inv;
-        bool dropped = false;
-        for (size_t h = 0; h < H; ++h) {
-            if (!in[h]) continue;
-            exact[h] = (T - overhead_ms_[h]) / std::max(per_unit(h) * scale, 1e-12);
-            if (exact[h] < 0) { in[h] = false; exact[h] = 0; dropped = true; }
-        }
-        if (!dropped) break;
-    }
-    // whole units: floors, then the units left to the largest remainders
+std::vector<int64_t> round_to_units(const std::vector<double> & exact, int64_t units) {
+    const size_t H = exact.size();
     std::vector<int64_t> counts(H, 0);
+    if (H == 0) return counts;
+    // floors, then the units left to the largest remainders
     int64_t given = 0;
     std::vector<std::pair<double, size_t>> rem;
     for (size_t h = 0; h < H; ++h) {
-        counts[h] = (int64_t) std::floor(std::max(0.0, exact[h]));
-        counts[h] = std::min(counts[h], units);
+        counts[h] = std::min((int64_t) std::floor(std::max(0.0, exact[h])), units);
         given += counts[h];
         rem.push_back({exact[h] - (double) counts[h], h});
     }
@@ -64,39 +45,79 @@ std::vector<int64_t> ShareBalancer::split(int64_t units, double scale) {
         --counts[big];
         --given;
     }
-    // a host idle too long gets one unit from the largest, to be measured again
-    for (size_t h = 0; h < H; ++h) {
+    return counts;
+}
+
+void ShareBalancer::cost_terms(size_t h, double scale, CallSize size, double & fixed, double & per_unit_ms) const {
+    const WorkerOverhead & o = overhead_[h];
+    const double per_row = size == CallSize::large ? o.per_row_ms() : 0.0;
+    fixed = o.per_call_ms() + (payload_ == SharePayload::call_rows ? per_row * scale : 0.0);
+    per_unit_ms = std::max(per_unit(h, size) * scale + (payload_ == SharePayload::units ? per_row : 0.0), 1e-12);
+}
+
+std::vector<int64_t> ShareBalancer::split(int64_t units, double scale, CallSize size) {
+    std::vector<int64_t> counts = solve(units, scale, size);
+    probe_idle(counts, kShareProbeCalls);
+    return counts;
+}
+
+std::vector<int64_t> ShareBalancer::solve(int64_t units, double scale, CallSize size) const {
+    const size_t H = ms_per_unit_.size();
+    std::vector<bool> in(H, true);
+    std::vector<double> exact(H, 0), fixed(H, 0), c(H, 0);
+    for (size_t h = 0; h < H; ++h) cost_terms(h, scale, size, fixed[h], c[h]);
+    // equal finish T: sum over active hosts of (T - o_h) / c_h = units; drop hosts with T < o_h
+    for (size_t round = 0; round < H; ++round) {
+        double inv = 0, o_over_c = 0;
+        for (size_t h = 0; h < H; ++h) {
+            if (!in[h]) continue;
+            inv += 1 / c[h];
+            o_over_c += fixed[h] / c[h];
+        }
+        const double T = (units + o_over_c) / inv;
+        bool dropped = false;
+        for (size_t h = 0; h < H; ++h) {
+            if (!in[h]) continue;
+            exact[h] = (T - fixed[h]) / c[h];
+            if (exact[h] < 0) { in[h] = false; exact[h] = 0; dropped = true; }
+        }
+        if (!dropped) break;
+    }
+    return round_to_units(exact, units);
+}
+
+void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after) {
+    int64_t units = 0;
+    for (int64_t c : counts) units += c;
+    for (size_t h = 0; h < counts.size(); ++h) {
         if (counts[h] > 0) { idle_calls_[h] = 0; continue; }
-        if (++idle_calls_[h] < kShareProbeCalls || units < 2) continue;
+        if (++idle_calls_[h] < after || units < 2) continue;
         size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
         --counts[big];
         ++counts[h];
         ++probes_[h];
         idle_calls_[h] = 0;
     }
-    return counts;
 }
 
 void ShareBalancer::count(const std::vector<int64_t> & counts) {
     for (size_t h = 0; h < counts.size() && h < units_.size(); ++h) units_[h] += (uint64_t) counts[h];
 }
 
-double ShareBalancer::makespan(const std::vector<int64_t> & counts, double scale) const {
+double ShareBalancer::makespan(const std::vector<int64_t> & counts, double scale, CallSize size) const {
     double m = 0;
-    for (size_t h = 0; h < counts.size(); ++h)
-        if (counts[h] > 0) m = std::max(m, overhead_ms_[h] + per_unit(h) * scale * (double) counts[h]);
+    for (size_t h = 0; h < counts.size(); ++h) {
+        if (counts[h] <= 0) continue;
+        double fixed = 0, c = 0;
+        cost_terms(h, scale, size, fixed, c);
+        m = std::max(m, fixed + c * (double) counts[h]);
+    }
     return m;
 }
 
-void ShareBalancer::observe(size_t h, double units, double ms) {
+void ShareBalancer::observe(size_t h, CallSize size, double units, double ms) {
     if (units <= 0 || !(ms >= 0)) return;
-    moving_average_add(ms_per_unit_[h], ms / units, samples_[h]);
-}
-
-void ShareBalancer::observe_overhead(size_t h, double ms, bool waited) {
-    if (!(ms >= 0)) return;
-    if (waited) moving_average_add(overhead_ms_[h], ms, overhead_samples_[h]);
-    else if (overhead_samples_[h] > 0 && ms < overhead_ms_[h]) moving_average_add(overhead_ms_[h], ms, overhead_samples_[h], 0.5);
+    moving_average_add(ms_per_unit_[h][(int) size], ms / units, samples_[h][(int) size]);
 }
 
 void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always) {
@@ -111,8 +132,9 @@ void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, b
 nlohmann::json ShareBalancer::to_json(const std::vector<std::string> & names, const std::string & unit) const {
     nlohmann::json hosts = nlohmann::json::array();
     for (size_t h = 0; h < ms_per_unit_.size(); ++h)
-        hosts.push_back({{"host", h < names.size() ? names[h] : std::to_string(h)}, {"ms_per_unit", ms_per_unit_[h]},
-                         {"samples", samples_[h]}, {"overhead_ms", overhead_ms_[h]}, {"units", units_[h]}, {"probes", probes_[h]}});
+        hosts.push_back({{"host", h < names.size() ? names[h] : std::to_string(h)}, {"ms_per_unit_small", ms_per_unit_[h][0]},
+                         {"ms_per_unit_large", ms_per_unit_[h][1]}, {"samples_small", samples_[h][0]}, {"samples_large", samples_[h][1]}, {"overhead_ms_per_call", overhead_[h].per_call_ms()},
+                         {"overhead_ms_per_row_large", overhead_[h].per_row_ms()}, {"units", units_[h]}, {"probes", probes_[h]}});
     return {{"unit", unit}, {"hosts", hosts}, {"history", history_}};
 }
 

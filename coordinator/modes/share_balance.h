@@ -1,10 +1,12 @@
 // moezip: automatic shares for rows and shard modes (`local_share = "auto"`, docs/placement.md).
 //
 // Host h's expected time for u units of a call (rows; or, in shard mode, n_ff blocks for every row
-// of the call) is overhead_ms[h] + ms_per_unit[h] x scale x u (scale: 1 in rows mode, the call's
+// of the call) is overhead[h] + ms_per_unit[h] x scale x u (scale: 1 in rows mode, the call's
 // rows in shard mode). ms_per_unit is a moving average of this host's own compute time and the
-// workers' service times from the reply headers; a worker's overhead is its round trip minus its
-// service time, taken only when this host was waiting for the reply. The shares make every host's
+// workers' service times from the reply headers. A worker's overhead (its round trip minus its
+// service time, worker_overhead.h) is a fixed cost per call plus, in large calls, a cost per row
+// the request carries: its own rows in rows mode (so it grows with the share), every row of the
+// call in shard mode (so it does not). The shares make every host's
 // expected time equal (a host whose overhead alone exceeds that time gets nothing). Unmeasured
 // hosts are assumed as fast as the measured ones, so the first calls split evenly. A host with no
 // share for kShareProbeCalls calls is given one unit, so it is measured again. Hosts: 0 = this
@@ -12,8 +14,11 @@
 // depend on the slice boundaries in the last bits, within the documented tolerance.
 #pragma once
 
+#include "coordinator/modes/worker_overhead.h"
+
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,32 +27,53 @@ namespace moezip {
 
 constexpr uint64_t kShareProbeCalls = 32;
 
+/// What a request carries, for the overhead per row: the rows given to the worker (rows mode) or
+/// every row of the call whatever the share (shard mode).
+enum class SharePayload { units, call_rows };
+
+/// Whole units per host (summing to `units`) nearest to `exact` (its floors, then the largest
+/// remainders); negative entries count as 0.
+std::vector<int64_t> round_to_units(const std::vector<double> & exact, int64_t units);
+
 class ShareBalancer {
 public:
-    explicit ShareBalancer(size_t n_hosts = 1);
+    explicit ShareBalancer(size_t n_hosts = 1, SharePayload payload = SharePayload::units);
 
-    /// Units per host (they sum to `units`) for a call whose per-unit cost is multiplied by `scale`.
-    /// Counts probes: a host left without units too long gets one.
-    std::vector<int64_t> split(int64_t units, double scale);
+    /// Units per host (they sum to `units`) for a call of `size` whose per-unit cost is multiplied
+    /// by `scale`. Counts probes: a host left without units for kShareProbeCalls calls gets one.
+    std::vector<int64_t> split(int64_t units, double scale, CallSize size);
+    /// The units per host that make the expected finishes equal (no probes, nothing counted).
+    std::vector<int64_t> solve(int64_t units, double scale, CallSize size) const;
+    /// A host with no units in `counts` for `after` calls of this in a row gets one unit from the
+    /// largest (counted as a probe), so it is measured again.
+    void probe_idle(std::vector<int64_t> & counts, uint64_t after);
     /// Adds one call's units per host to the totals the report shows.
     void count(const std::vector<int64_t> & counts);
-    /// Expected time of the slowest host (ms) for `counts` units each at `scale`.
-    double makespan(const std::vector<int64_t> & counts, double scale) const;
-    /// Host h computed `units` units (already multiplied by scale) in `ms`.
-    void observe(size_t h, double units, double ms);
-    /// A worker's round trip minus service time; `waited` as in ExpertBalancer::observe_overhead.
-    void observe_overhead(size_t h, double ms, bool waited);
+    /// Expected time of the slowest host (ms) for `counts` units each at `scale`, in a call of `size`.
+    double makespan(const std::vector<int64_t> & counts, double scale, CallSize size) const;
+    /// Host h computed `units` units (already multiplied by scale) in `ms`, in a call of `size`
+    /// (a decode call reads every weight for one row; a prefill call reads it once for many rows).
+    void observe(size_t h, CallSize size, double units, double ms);
+    /// A worker's round trip minus service time (overhead_sample(), worker_overhead.h; payload: the
+    /// rows of its request).
+    void observe_overhead(size_t h, const OverheadSample & s) { overhead_[h].observe(s); }
     /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most 256).
     void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false);
-    /// {"unit", "hosts": [{"host", "ms_per_unit", "samples", "overhead_ms", "units", "probes"}],
-    /// "history": [{"call", "shares": [...]}]}.
+    /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
+    /// "samples_large", "overhead_ms_per_call",
+    /// "overhead_ms_per_row_large", "units", "probes"}], "history": [{"call", "shares": [...]}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
 
 private:
-    double per_unit(size_t h) const;
+    double per_unit(size_t h, CallSize size) const;
+    /// Host h's expected time as fixed + per_unit x u for u > 0 units, ms.
+    void cost_terms(size_t h, double scale, CallSize size, double & fixed, double & per_unit_ms) const;
 
-    std::vector<double> ms_per_unit_, overhead_ms_;
-    std::vector<uint64_t> samples_, overhead_samples_, units_, probes_, idle_calls_;
+    SharePayload payload_;
+    std::vector<std::array<double, 2>> ms_per_unit_;  // by CallSize
+    std::vector<WorkerOverhead> overhead_;
+    std::vector<std::array<uint64_t, 2>> samples_;    // by CallSize
+    std::vector<uint64_t> units_, probes_, idle_calls_;
     nlohmann::json history_ = nlohmann::json::array();
 };
 
