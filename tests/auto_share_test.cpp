@@ -90,6 +90,33 @@ TEST(ShareBalance, ShardModeKeepsAPrefillsTransferOutOfDecodeCalls) {
     EXPECT_GT(b.makespan({24, 0}, 1, CallSize::small), b.makespan(decode, 1, CallSize::small));
 }
 
+// One set of shard slices serves decode and prefill calls: the choice weighs the calls seen. With
+// a costly prefill transfer (74 ms per 512-row call) and cheap decode calls (0.2 ms), a run of
+// prefills takes the prefill split; the same prefills among 300 decode calls give the worker more.
+TEST(ShareBalance, ShardSlicesAreChosenForTheMixOfCalls) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::call_rows);
+    for (size_t h = 0; h < 2; ++h) {
+        b.observe(h, CallSize::large, 24 * 512, 24 * 512 * 0.01);
+        b.observe(h, CallSize::small, 24, 24 * 0.125);
+    }
+    b.observe_overhead(1, sample(0.2, CallSize::small, 1));
+    b.observe_overhead(1, sample(74.0, CallSize::large, 512));
+    const std::vector<int64_t> even = {12, 12};
+    moezip::CallMix prefills;
+    for (int i = 0; i < 3; ++i) prefills.add(512);
+    prefills.add(1);
+    const std::vector<int64_t> a = b.best_for_mix(24, prefills, even);
+    EXPECT_EQ(a, b.solve(24, 512, CallSize::large));
+    EXPECT_EQ(a, (std::vector<int64_t>{19, 5}));  // 5.12 x 19 = 97.3 ms here, 74 + 5.12 x 5 = 99.8 there
+    moezip::CallMix with_decode = prefills;
+    for (int i = 0; i < 300; ++i) with_decode.add(1);
+    const std::vector<int64_t> m = b.best_for_mix(24, with_decode, even);
+    EXPECT_GT(m[1], a[1]);
+    EXPECT_LT(b.mix_ms(m, with_decode), b.mix_ms(a, with_decode));
+    // and the current slices stay when no candidate saves 5%
+    EXPECT_EQ(b.best_for_mix(24, prefills, a), a);
+}
+
 TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {
     const std::string model = fixture_model(kModel);
     ASSERT_FALSE(model.empty());

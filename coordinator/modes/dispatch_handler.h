@@ -110,15 +110,14 @@ public:
 private:
     /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices to
     /// the measured speeds when that is expected to save at least 5% over the calls seen (a new
-    /// plan: hello again). The slices serve decode and prefill calls alike, so the candidates (the
-    /// equal-finish slices of each call size, blends of the two, the current ones) are compared by
-    /// their expected time over the recent mix of calls. A host left without a slice for
-    /// kShardProbeAdjustments adjustments gets one block, so it is measured again.
+    /// plan: hello again). The slices serve decode and prefill calls alike, so they are chosen by
+    /// their expected time over the recent mix of calls (ShareBalancer::best_for_mix). A host left
+    /// without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
     void adjust_slices(int64_t n_blocks, int64_t n_rows);
     static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
     static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
     static constexpr uint64_t kShardProbeAdjustments = 4;  // adjustments a host may stay without a slice
-    double mix_calls_[2] = {0, 0}, mix_rows_[2] = {0, 0};  // by CallSize, halved at every adjustment
+    CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums

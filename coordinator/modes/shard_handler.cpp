@@ -147,9 +147,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
 // Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
 // the boundaries of the partial sums (the last bits of shard results, within the tolerance).
 void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
-    const int cs = (int) call_size(n_rows);
-    mix_calls_[cs] += 1;
-    mix_rows_[cs] += (double) n_rows;
+    mix_.add(n_rows);
     if (++calls_auto_ == 1) {
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
@@ -158,38 +156,15 @@ void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     if (!(calls_auto_ == kShardCalibrationCalls || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return;
     std::vector<int64_t> cur;
     for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) cur.push_back(b.count);
-    // expected time of the recent calls under `counts`: each size class at its mean rows
-    auto mix_ms = [&](const std::vector<int64_t> & counts) {
-        double t = 0;
-        for (int c = 0; c < 2; ++c)
-            if (mix_calls_[c] > 0)
-                t += mix_calls_[c] * share_bal_.makespan(counts, mix_rows_[c] / mix_calls_[c], (CallSize) c);
-        return t;
-    };
-    std::vector<std::vector<int64_t>> solved, candidates = {cur};
-    for (int c = 0; c < 2; ++c)
-        if (mix_calls_[c] > 0) solved.push_back(share_bal_.solve(n_blocks, mix_rows_[c] / mix_calls_[c], (CallSize) c));
-    candidates.insert(candidates.end(), solved.begin(), solved.end());
-    if (solved.size() == 2) {
-        for (double t : {0.25, 0.5, 0.75}) {
-            std::vector<double> blend;
-            for (size_t h = 0; h < cur.size(); ++h) blend.push_back((1 - t) * (double) solved[0][h] + t * (double) solved[1][h]);
-            candidates.push_back(round_to_units(blend, n_blocks));
-        }
-    }
-    std::vector<int64_t> next = cur;
-    for (const auto & cand : candidates)
-        if (mix_ms(cand) < mix_ms(next)) next = cand;
-    if (mix_ms(next) > 0.95 * mix_ms(cur)) next = cur;
-    std::vector<int64_t> probed = next;
-    share_bal_.probe_idle(probed, kShardProbeAdjustments);
-    for (int c = 0; c < 2; ++c) { mix_calls_[c] /= 2; mix_rows_[c] /= 2; }
-    if (probed == cur) return;
+    std::vector<int64_t> next = share_bal_.best_for_mix(n_blocks, mix_, cur);
+    share_bal_.probe_idle(next, kShardProbeAdjustments);
+    mix_.age();
+    if (next == cur) return;
     std::vector<double> shares;
-    for (int64_t c : probed) shares.push_back((double) c / (double) n_blocks);
+    for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
     disp_.set_shard_shares(shares);
     ++slice_changes_;
-    share_bal_.record(calls_auto_, probed, /*always =*/ true);
+    share_bal_.record(calls_auto_, next, /*always =*/ true);
 }
 
 } // namespace moezip

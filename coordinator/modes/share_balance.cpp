@@ -86,6 +86,31 @@ std::vector<int64_t> ShareBalancer::solve(int64_t units, double scale, CallSize 
     return round_to_units(exact, units);
 }
 
+double ShareBalancer::mix_ms(const std::vector<int64_t> & counts, const CallMix & mix) const {
+    double t = 0;
+    for (int c = 0; c < 2; ++c)
+        if (mix.calls[c] > 0) t += mix.calls[c] * makespan(counts, mix.rows[c] / mix.calls[c], (CallSize) c);
+    return t;
+}
+
+std::vector<int64_t> ShareBalancer::best_for_mix(int64_t units, const CallMix & mix, const std::vector<int64_t> & current) const {
+    std::vector<std::vector<int64_t>> solved, candidates = {current};
+    for (int c = 0; c < 2; ++c)
+        if (mix.calls[c] > 0) solved.push_back(solve(units, mix.rows[c] / mix.calls[c], (CallSize) c));
+    candidates.insert(candidates.end(), solved.begin(), solved.end());
+    if (solved.size() == 2) {
+        for (double t : {0.25, 0.5, 0.75}) {
+            std::vector<double> blend;
+            for (size_t h = 0; h < current.size(); ++h) blend.push_back((1 - t) * (double) solved[0][h] + t * (double) solved[1][h]);
+            candidates.push_back(round_to_units(blend, units));
+        }
+    }
+    std::vector<int64_t> best = current;
+    for (const auto & cand : candidates)
+        if (mix_ms(cand, mix) < mix_ms(best, mix)) best = cand;
+    return mix_ms(best, mix) <= 0.95 * mix_ms(current, mix) ? best : current;
+}
+
 void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after) {
     int64_t units = 0;
     for (int64_t c : counts) units += c;

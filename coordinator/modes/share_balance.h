@@ -31,6 +31,21 @@ constexpr uint64_t kShareProbeCalls = 32;
 /// every row of the call whatever the share (shard mode).
 enum class SharePayload { units, call_rows };
 
+/// Recent calls by size class (CallSize): how many and their rows, so that one choice of shard
+/// slices can serve decode and prefill calls alike. age() halves the weight of the calls so far.
+struct CallMix {
+    double calls[2] = {0, 0};
+    double rows[2] = {0, 0};
+    void add(int64_t n_rows) {
+        const int c = (int) call_size(n_rows);
+        calls[c] += 1;
+        rows[c] += (double) n_rows;
+    }
+    void age() {
+        for (int c = 0; c < 2; ++c) { calls[c] /= 2; rows[c] /= 2; }
+    }
+};
+
 /// Whole units per host (summing to `units`) nearest to `exact` (its floors, then the largest
 /// remainders); negative entries count as 0.
 std::vector<int64_t> round_to_units(const std::vector<double> & exact, int64_t units);
@@ -44,6 +59,12 @@ public:
     std::vector<int64_t> split(int64_t units, double scale, CallSize size);
     /// The units per host that make the expected finishes equal (no probes, nothing counted).
     std::vector<int64_t> solve(int64_t units, double scale, CallSize size) const;
+    /// Expected time of the calls of `mix` under `counts` (each size class at its mean rows), ms.
+    double mix_ms(const std::vector<int64_t> & counts, const CallMix & mix) const;
+    /// Among `current`, the equal-finish split of each size class in `mix`, and three blends of the
+    /// two, the split with the least expected time over `mix`; `current` unless that saves >= 5%.
+    /// A unit's cost is taken at scale = the call's rows (shard mode's units: n_ff blocks of every row).
+    std::vector<int64_t> best_for_mix(int64_t units, const CallMix & mix, const std::vector<int64_t> & current) const;
     /// A host with no units in `counts` for `after` calls of this in a row gets one unit from the
     /// largest (counted as a probe), so it is measured again.
     void probe_idle(std::vector<int64_t> & counts, uint64_t after);
