@@ -29,80 +29,49 @@ double ExpertBalancer::expected_ms(size_t h, CallSize size, int64_t slots, bool 
     return fixed + per_slot(h, size) * (double) slots + (o.expected_ms(size, (double) slots) - o.per_call_ms());
 }
 
-// A replicated expert's home: the owner it goes to when that keeps the call balanced. Keeping each
-// expert on one host keeps each host's working set (and its page-table walks) to its share of the
-// experts: on a3b-L4-q8_0 a host computing any of 128 experts took 0.93 ms per decode slot where one
-// computing its half took 0.67 (docs/performance.md, "Balancer estimates per call size").
-static int home_of(const ExpertGroup & g) { return g.hosts[(size_t) g.expert % g.hosts.size()]; }
-
 std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups, CallSize size) {
     const size_t H = speed_.size();
     std::vector<int> host(groups.size(), -1);
     std::vector<double> finish(H, 0);
-    std::vector<int> n_parts(H, 0);
-    std::vector<bool> candidate(H, false);
+    std::vector<bool> busy(H, false), candidate(H, false);
     auto add = [&](size_t g, int h) {
         host[g] = h;
-        finish[h] += expected_ms(h, size, groups[g].slots, n_parts[h] == 0);
-        ++n_parts[h];
-    };
-    auto remove = [&](size_t g) {
-        const int h = host[g];
-        --n_parts[h];
-        finish[h] = n_parts[h] == 0 ? 0.0 : finish[h] - expected_ms(h, size, groups[g].slots, false);
+        finish[h] += expected_ms(h, size, groups[g].slots, !busy[h]);
+        busy[h] = true;
     };
     std::vector<size_t> open;  // groups with a choice
     for (size_t g = 0; g < groups.size(); ++g) {
-        if (groups[g].hosts.size() == 1) { add(g, groups[g].hosts[0]); continue; }
-        open.push_back(g);
-        for (int h : groups[g].hosts) candidate[h] = true;
+        if (groups[g].hosts.size() == 1) add(g, groups[g].hosts[0]);
+        else open.push_back(g);
     }
     ++calls_;
     if (!open.empty()) ++balanced_calls_;
-    for (size_t g : open) add(g, home_of(groups[g]));
-    groups_decided_ += open.size();
-    // then move replicated experts off the busiest host while that shortens the call: each step
-    // takes the move with the earliest resulting finish (ties: fewer slots, then lower expert id,
-    // so equal inputs give equal decisions); every step shortens the call, so it ends
-    for (size_t step = 0; step < 4 * open.size() + 4; ++step) {
-        const int busiest = (int) (std::max_element(finish.begin(), finish.end()) - finish.begin());
-        const double makespan = finish[busiest];
-        size_t best_g = 0;
-        int best_h = -1;
-        double best_after = makespan;
-        for (size_t g : open) {
-            if (host[g] != busiest) continue;
-            const double from = n_parts[busiest] == 1 ? 0.0 : finish[busiest] - expected_ms(busiest, size, groups[g].slots, false);
-            for (int h : groups[g].hosts) {
-                if (h == busiest) continue;
-                const double to = finish[h] + expected_ms(h, size, groups[g].slots, n_parts[h] == 0);
-                double after = std::max(from, to);
-                for (size_t o = 0; o < H; ++o)
-                    if ((int) o != busiest && (int) o != h) after = std::max(after, finish[o]);
-                const bool better = after < best_after - 1e-9 ||
-                                    (best_h >= 0 && after <= best_after + 1e-9 &&
-                                     (groups[g].slots < groups[best_g].slots ||
-                                      (groups[g].slots == groups[best_g].slots && groups[g].expert < groups[best_g].expert)));
-                if (after < makespan - 1e-9 && better) { best_g = g; best_h = h; best_after = after; }
-            }
+    // largest first; ties by expert id, so equal inputs give equal decisions
+    std::stable_sort(open.begin(), open.end(), [&](size_t a, size_t b) {
+        return groups[a].slots != groups[b].slots ? groups[a].slots > groups[b].slots : groups[a].expert < groups[b].expert;
+    });
+    for (size_t g : open) {
+        int best = -1;
+        double best_finish = 0;
+        for (int h : groups[g].hosts) {
+            candidate[h] = true;
+            const double f = finish[h] + expected_ms(h, size, groups[g].slots, !busy[h]);
+            if (best < 0 || f < best_finish) { best = h; best_finish = f; }
         }
-        if (best_h < 0) break;
-        remove(best_g);
-        add(best_g, best_h);
+        add(g, best);
+        ++groups_decided_;
     }
     // a candidate left idle too long gets the smallest group it may take, to be measured again
     for (size_t h = 0; h < H; ++h) {
-        if (!candidate[h] || n_parts[h] > 0) continue;
+        if (!candidate[h] || busy[h]) continue;
         if (++idle_calls_[h] < kProbeCalls) continue;
-        size_t smallest = groups.size();
-        for (size_t g : open) {
-            const std::vector<int> & hs = groups[g].hosts;
+        for (auto it = open.rbegin(); it != open.rend(); ++it) {
+            const std::vector<int> & hs = groups[*it].hosts;
             if (std::find(hs.begin(), hs.end(), (int) h) == hs.end()) continue;
-            if (smallest == groups.size() || groups[g].slots < groups[smallest].slots) smallest = g;
+            host[*it] = (int) h;
+            ++probes_[h];
+            break;
         }
-        if (smallest == groups.size()) continue;
-        host[smallest] = (int) h;
-        ++probes_[h];
     }
     std::vector<double> load(H, 0);
     std::vector<bool> has(H, false);

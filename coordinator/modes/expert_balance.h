@@ -12,10 +12,8 @@
 // ms_per_slot measured per call size (few rows: every slot reads its expert's weights; many rows:
 // an expert's weights are read once for many slots) as a moving average of this host's own compute
 // time and the workers' service times from the reply headers. Each call, experts with one usable
-// owner are placed first; each replicated one goes to its home owner (a fixed choice per expert, so
-// every host keeps to its part of the experts: a smaller working set computes faster), then
-// replicated experts move off the busiest host, one at a time, while that makes the call's expected
-// end earlier. A usable owner that got nothing for kProbeCalls
+// owner are placed first; the replicated ones, largest first, go to the owner whose expected finish
+// is earliest (longest-processing-time-first). A usable owner that got nothing for kProbeCalls
 // calls is given the smallest replicated expert once, so a host that was slow for a while is
 // measured again. Hosts: 0 = this host, 1 + w = worker w.
 #pragma once
