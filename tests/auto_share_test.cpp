@@ -60,7 +60,7 @@ TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
 
 // Rows mode: a worker's transfer grows with the rows it is given, so it counts per row. Equal
 // compute (0.1 ms per row) and 0.1 ms of transfer per row make the worker's row cost twice this
-// host's: a third of the rows, where a fixed overhead (10 ms measured at 100 rows) gave it 45.
+// host's: a third of the rows. Taken as a fixed 10 ms per call, the same transfer left it none.
 TEST(ShareBalance, RowsModeCountsTheTransferPerRowGiven) {
     moezip::ShareBalancer b(2, moezip::SharePayload::units);
     b.observe(0, CallSize::large, 100, 10.0);
@@ -101,20 +101,42 @@ TEST(ShareBalance, ShardSlicesAreChosenForTheMixOfCalls) {
     }
     b.observe_overhead(1, sample(0.2, CallSize::small, 1));
     b.observe_overhead(1, sample(74.0, CallSize::large, 512));
-    const std::vector<int64_t> even = {12, 12};
     moezip::CallMix prefills;
     for (int i = 0; i < 3; ++i) prefills.add(512);
     prefills.add(1);
-    const std::vector<int64_t> a = b.best_for_mix(24, prefills, even);
+    const std::vector<int64_t> a = b.best_for_mix(24, prefills, {12, 12});
     EXPECT_EQ(a, b.solve(24, 512, CallSize::large));
-    EXPECT_EQ(a, (std::vector<int64_t>{19, 5}));  // 5.12 x 19 = 97.3 ms here, 74 + 5.12 x 5 = 99.8 there
+    EXPECT_EQ(a, (std::vector<int64_t>{19, 5}));  // 5.12 x 19 = 97.3 ms here, 74 + 5.12 x 5 = 99.6 there
+    // 300 decode calls beside them: from the prefill split, the decode split (13 | 11) wins
+    // (880 against 963 ms over the mix)
     moezip::CallMix with_decode = prefills;
     for (int i = 0; i < 300; ++i) with_decode.add(1);
-    const std::vector<int64_t> m = b.best_for_mix(24, with_decode, even);
-    EXPECT_GT(m[1], a[1]);
+    const std::vector<int64_t> m = b.best_for_mix(24, with_decode, a);
+    EXPECT_EQ(m, (std::vector<int64_t>{13, 11}));
     EXPECT_LT(b.mix_ms(m, with_decode), b.mix_ms(a, with_decode));
-    // and the current slices stay when no candidate saves 5%
-    EXPECT_EQ(b.best_for_mix(24, prefills, a), a);
+    // current slices stay unless a candidate saves 5%: {18, 6} over the prefills costs 316 ms,
+    // the best (19 | 5) 301, which is not below 0.95 x 316 = 300.6
+    EXPECT_EQ(b.best_for_mix(24, prefills, {18, 6}), (std::vector<int64_t>{18, 6}));
+}
+
+// A worker given one row of a prefill call pays latency, not transfer: its sample counts toward
+// the fixed cost, and does not make every row of the next prefill look like 1 ms of transfer.
+TEST(ShareBalance, AOneRowPartOfAPrefillIsLatencyNotTransfer) {
+    moezip::OverheadSample one;
+    one.ms = 1.0;
+    one.payload = 1;
+    one.size = moezip::call_size(1);
+    one.observed = true;
+    moezip::WorkerOverhead o;
+    o.observe(one);
+    EXPECT_DOUBLE_EQ(o.per_call_ms(), 1.0);
+    EXPECT_DOUBLE_EQ(o.per_row_ms(), 0.0);
+    // and the fixed cost measured after a prefill comes off that prefill's transfer
+    moezip::WorkerOverhead late;
+    late.observe(sample(74.0, CallSize::large, 512));
+    EXPECT_DOUBLE_EQ(late.per_row_ms(), 74.0 / 512);
+    late.observe(sample(10.0, CallSize::small, 1));
+    EXPECT_DOUBLE_EQ(late.per_row_ms(), 64.0 / 512);
 }
 
 TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {

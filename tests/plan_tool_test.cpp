@@ -135,7 +135,7 @@ TEST(PlanTool, SpeedsAreMeasuredFromTheWorkersServiceTimesAndThisHostsLocalTime)
     // as a distributed run reports them: a worker's service time per slot; a rows-mode balance
     // section (per row, not per slot) is not taken for per-slot speeds
     rep["workers"] = json::array({{{"endpoint", "ipc:///tmp/w.sock"}, {"slots", 100}, {"service_ms_total", 50.0}}});
-    rep["balance"] = {{"mode", "rows"}, {"hosts", json::array({{{"host", "here"}, {"ms_per_unit", 9.0}, {"samples", 3}}})}};
+    rep["balance"] = {{"mode", "rows"}, {"hosts", json::array({{{"host", "here"}, {"ms_per_unit_small", 9.0}, {"samples_small", 3}}})}};
     std::ofstream(dir + "/measured.json") << rep.dump();
     CommandResult r = plan({"--report", dir + "/measured.json", "--host", "here," + budget(16), "--host",
                             "ipc:///tmp/w.sock," + budget(16), "--json", dir + "/plan.json"});

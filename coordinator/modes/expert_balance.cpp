@@ -26,7 +26,8 @@ double ExpertBalancer::per_slot(size_t h, CallSize size) const {
 double ExpertBalancer::expected_ms(size_t h, CallSize size, int64_t slots, bool first) const {
     const WorkerOverhead & o = speed_[h].overhead;
     const double fixed = first ? o.per_call_ms() : 0.0;
-    return fixed + per_slot(h, size) * (double) slots + (o.expected_ms(size, (double) slots) - o.per_call_ms());
+    const double transfer = size == CallSize::large ? o.per_row_ms() * (double) slots : 0.0;
+    return fixed + per_slot(h, size) * (double) slots + transfer;
 }
 
 std::vector<int> ExpertBalancer::assign(const std::vector<ExpertGroup> & groups, CallSize size) {

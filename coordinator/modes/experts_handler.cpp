@@ -246,8 +246,10 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
-    // payload: the part's slots (in exact combine the reply carries one output row per slot)
-    balancer_.observe_overhead(1 + w, overhead_sample(size, (double) p.pairs.size(), p.sent_at, t_wait, now, service));
+    // payload: an exact-combine reply carries one output row per slot, a partial one one sum per row
+    const bool exact = cfg_.experts.combine == ExpertCombine::exact;
+    const double payload = exact ? (double) p.pairs.size() : (double) p.rows.size();
+    balancer_.observe_overhead(1 + w, overhead_sample(payload, p.sent_at, t_wait, now, service));
 }
 
 bool ExpertsHandler::covered_here(const MoeRegion & r, const Part & p) const {

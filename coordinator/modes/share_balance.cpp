@@ -86,17 +86,25 @@ std::vector<int64_t> ShareBalancer::solve(int64_t units, double scale, CallSize 
     return round_to_units(exact, units);
 }
 
+bool ShareBalancer::measured(CallSize size) const {
+    for (const auto & n : samples_)
+        if (n[(int) size] > 0) return true;
+    return false;
+}
+
+// A class nobody has measured yet (say the first decode call, counted before it ran) would be
+// priced at the placeholder 1 ms per unit and outweigh everything: it is left out until measured.
 double ShareBalancer::mix_ms(const std::vector<int64_t> & counts, const CallMix & mix) const {
     double t = 0;
     for (int c = 0; c < 2; ++c)
-        if (mix.calls[c] > 0) t += mix.calls[c] * makespan(counts, mix.rows[c] / mix.calls[c], (CallSize) c);
+        if (mix.calls[c] > 0 && measured((CallSize) c)) t += mix.calls[c] * makespan(counts, mix.rows[c] / mix.calls[c], (CallSize) c);
     return t;
 }
 
 std::vector<int64_t> ShareBalancer::best_for_mix(int64_t units, const CallMix & mix, const std::vector<int64_t> & current) const {
     std::vector<std::vector<int64_t>> solved, candidates = {current};
     for (int c = 0; c < 2; ++c)
-        if (mix.calls[c] > 0) solved.push_back(solve(units, mix.rows[c] / mix.calls[c], (CallSize) c));
+        if (mix.calls[c] > 0 && measured((CallSize) c)) solved.push_back(solve(units, mix.rows[c] / mix.calls[c], (CallSize) c));
     candidates.insert(candidates.end(), solved.begin(), solved.end());
     if (solved.size() == 2) {
         for (double t : {0.25, 0.5, 0.75}) {

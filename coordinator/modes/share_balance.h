@@ -8,8 +8,9 @@
 // the request carries: its own rows in rows mode (so it grows with the share), every row of the
 // call in shard mode (so it does not). The shares make every host's
 // expected time equal (a host whose overhead alone exceeds that time gets nothing). Unmeasured
-// hosts are assumed as fast as the measured ones, so the first calls split evenly. A host with no
-// share for kShareProbeCalls calls is given one unit, so it is measured again. Hosts: 0 = this
+// hosts are assumed as fast as the measured ones, so the first calls split evenly. A host left
+// without units is given one to be measured again: in rows mode after kShareProbeCalls calls (each
+// call is split afresh), in shard mode after ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this
 // host, 1 + w = worker w. Rows results do not depend on the split (docs/numerics.md); shard results
 // depend on the slice boundaries in the last bits, within the documented tolerance.
 #pragma once
@@ -59,7 +60,10 @@ public:
     std::vector<int64_t> split(int64_t units, double scale, CallSize size);
     /// The units per host that make the expected finishes equal (no probes, nothing counted).
     std::vector<int64_t> solve(int64_t units, double scale, CallSize size) const;
-    /// Expected time of the calls of `mix` under `counts` (each size class at its mean rows), ms.
+    /// Whether any host has a compute measurement for calls of `size`.
+    bool measured(CallSize size) const;
+    /// Expected time of the calls of `mix` under `counts` (each measured size class at its mean
+    /// rows), ms.
     double mix_ms(const std::vector<int64_t> & counts, const CallMix & mix) const;
     /// Among `current`, the equal-finish split of each size class in `mix`, and three blends of the
     /// two, the split with the least expected time over `mix`; `current` unless that saves >= 5%.

@@ -4,6 +4,7 @@
 
 #include "coordinator/modes/moving_average.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -40,21 +41,22 @@ inline bool reply_arrival_observed(std::chrono::steady_clock::time_point sent_at
 }
 
 /// One reply's overhead sample: the round trip minus the worker's service time, whether it is the
-/// overhead or only an upper bound (reply_arrival_observed), and the call it belongs to.
+/// overhead or only an upper bound (reply_arrival_observed), and the rows its request carried.
 struct OverheadSample {
-    CallSize size = CallSize::small;
+    CallSize size = CallSize::small;  ///< of the payload: call_size(payload)
     double ms = 0;        ///< round trip - service, ms
-    double payload = 1;   ///< rows the request carried (rows and experts: the worker's rows; shard: all rows)
+    double payload = 1;   ///< rows the request carried (rows: the worker's rows; shard: all rows; experts: see the call site)
     bool observed = false;
 };
 
 /// Builds the sample of a reply received at `arrived` (times: steady_clock; service_ms from the
-/// reply header).
-inline OverheadSample overhead_sample(CallSize size, double payload_rows, std::chrono::steady_clock::time_point sent_at,
+/// reply header). The sample's class follows the rows the request carried, not the call's: a worker
+/// given a few rows of a prefill call pays latency, not transfer.
+inline OverheadSample overhead_sample(double payload_rows, std::chrono::steady_clock::time_point sent_at,
                                       std::chrono::steady_clock::time_point wait_from,
                                       std::chrono::steady_clock::time_point arrived, double service_ms) {
     OverheadSample s;
-    s.size = size;
+    s.size = call_size((int64_t) payload_rows);
     s.ms = std::chrono::duration<double, std::milli>(arrived - sent_at).count() - service_ms;
     s.payload = payload_rows;
     s.observed = reply_arrival_observed(sent_at, wait_from, service_ms);
@@ -62,32 +64,41 @@ inline OverheadSample overhead_sample(CallSize size, double payload_rows, std::c
 }
 
 /// A worker's overhead as an affine model of the rows a request carries: a fixed cost per call
-/// (latency; measured on small calls) plus a cost per row (transfer; measured on large calls, after
-/// the fixed cost). Observed samples are averaged (moving_average.h); upper bounds only lower an
-/// estimate that observed samples made, and never start one: a worker stays cheap until measured,
-/// so it is given work (a cold first call's bound would otherwise keep it idle).
+/// (latency; from requests of at most kSmallCallRows rows) plus a cost per row (transfer; from
+/// larger requests: their mean overhead less the fixed cost, over their mean rows, taken when asked,
+/// so a fixed cost measured after the first prefill still comes off). Observed samples are averaged
+/// (moving_average.h); upper bounds only lower an estimate that observed samples made, and never
+/// start one: a worker stays cheap until measured, so it is given work (a cold first call's bound
+/// would otherwise keep it idle).
 class WorkerOverhead {
 public:
     void observe(const OverheadSample & s) {
-        if (!(s.ms >= 0)) return;
-        if (s.size == CallSize::small) fold(per_call_ms_, s.ms, n_small_, s.observed);
-        else fold(per_row_ms_, (s.ms > per_call_ms_ ? s.ms - per_call_ms_ : 0.0) / (s.payload > 1 ? s.payload : 1.0),
-                  n_large_, s.observed);
+        if (!(s.ms >= 0) || !(s.payload > 0)) return;
+        if (s.size == CallSize::small) {
+            if (s.observed) moving_average_add(per_call_ms_, s.ms, n_small_);
+            else if (n_small_ > 0 && s.ms < per_call_ms_) moving_average_add(per_call_ms_, s.ms, n_small_, 0.5);
+            return;
+        }
+        const bool lowers = n_large_ > 0 && (s.ms - per_call_ms_) / s.payload < per_row_ms();
+        if (!s.observed && !lowers) return;
+        const double alpha = s.observed ? kMovingAverageAlpha : 0.5;
+        uint64_t n = n_large_;
+        moving_average_add(large_ms_, s.ms, n, alpha);
+        moving_average_add(large_rows_, s.payload, n_large_, alpha);
     }
-    /// Expected overhead of a call of `size` whose request carries `payload_rows` rows, ms.
-    double expected_ms(CallSize size, double payload_rows) const {
-        return per_call_ms_ + (size == CallSize::large ? per_row_ms_ * payload_rows : 0.0);
+    /// Expected overhead of a call whose request carries `payload_rows` rows, ms.
+    double expected_ms(double payload_rows) const {
+        return per_call_ms_ + (call_size((int64_t) payload_rows) == CallSize::large ? per_row_ms() * payload_rows : 0.0);
     }
     double per_call_ms() const { return per_call_ms_; }
-    double per_row_ms() const { return per_row_ms_; }
+    /// Transfer per row of a large request, ms (0 until one was measured).
+    double per_row_ms() const {
+        return n_large_ > 0 && large_rows_ > 0 ? std::max(0.0, large_ms_ - per_call_ms_) / large_rows_ : 0.0;
+    }
     uint64_t samples(CallSize size) const { return size == CallSize::small ? n_small_ : n_large_; }
 
 private:
-    static void fold(double & est, double v, uint64_t & n, bool observed) {
-        if (observed) moving_average_add(est, v, n);
-        else if (n > 0 && v < est) moving_average_add(est, v, n, 0.5);
-    }
-    double per_call_ms_ = 0, per_row_ms_ = 0;
+    double per_call_ms_ = 0, large_ms_ = 0, large_rows_ = 0;
     uint64_t n_small_ = 0, n_large_ = 0;
 };
 
