@@ -119,24 +119,18 @@ TEST(ShareBalance, ShardSlicesAreChosenForTheMixOfCalls) {
     EXPECT_EQ(b.best_for_mix(24, prefills, {18, 6}), (std::vector<int64_t>{18, 6}));
 }
 
-// A worker given one row of a prefill call pays latency, not transfer: its sample counts toward
-// the fixed cost, and does not make every row of the next prefill look like 1 ms of transfer.
-TEST(ShareBalance, AOneRowPartOfAPrefillIsLatencyNotTransfer) {
-    moezip::OverheadSample one;
-    one.ms = 1.0;
-    one.payload = 1;
-    one.size = moezip::call_size(1);
-    one.observed = true;
-    moezip::WorkerOverhead o;
-    o.observe(one);
-    EXPECT_DOUBLE_EQ(o.per_call_ms(), 1.0);
-    EXPECT_DOUBLE_EQ(o.per_row_ms(), 0.0);
-    // and the fixed cost measured after a prefill comes off that prefill's transfer
+// A worker's transfer per row comes from the means of its prefill samples, less the fixed cost:
+// a fixed cost measured after the first prefill still comes off it, and a one-row part of a
+// prefill moves the means instead of standing alone for a per-row cost (1 ms over 1 row).
+TEST(ShareBalance, TheTransferPerRowComesFromMeansLessTheFixedCost) {
     moezip::WorkerOverhead late;
     late.observe(sample(74.0, CallSize::large, 512));
     EXPECT_DOUBLE_EQ(late.per_row_ms(), 74.0 / 512);
     late.observe(sample(10.0, CallSize::small, 1));
     EXPECT_DOUBLE_EQ(late.per_row_ms(), 64.0 / 512);
+    late.observe(sample(11.0, CallSize::large, 1));  // a one-row part: mean ms 61.4, mean rows 409.8
+    EXPECT_NEAR(late.per_row_ms(), (61.4 - 10.0) / 409.8, 1e-9);
+    EXPECT_LT(late.per_row_ms(), 1.0 / 1);
 }
 
 TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {

@@ -144,7 +144,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     c.local_slots += blocks[0].count * k;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
-    share_bal_.observe(0, call_size(blocks[0].count), (double) blocks[0].count, ms_between(t_own, t_local));
+    share_bal_.observe(0, call_size(n), (double) blocks[0].count, ms_between(t_own, t_local));
     // 3. results land in their original row positions
     float * out = static_cast<float *>(r.out->data);
     for (auto & p : pending) {
@@ -156,8 +156,8 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         Status rs = link.recv(p.second, rh, data);
         if (rs) {
             const auto now = std::chrono::steady_clock::now();
-            share_bal_.observe(1 + p.first, call_size(b.count), (double) b.count, rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, overhead_sample((double) b.count, t_sent, t_wait, now,
+            share_bal_.observe(1 + p.first, call_size(n), (double) b.count, rh.service_us / 1000.0);
+            share_bal_.observe_overhead(1 + p.first, overhead_sample(call_size(n), (double) b.count, t_sent, t_wait, now,
                                                                      rh.service_us / 1000.0));
         }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||

@@ -249,7 +249,7 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     // payload: an exact-combine reply carries one output row per slot, a partial one one sum per row
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;
     const double payload = exact ? (double) p.pairs.size() : (double) p.rows.size();
-    balancer_.observe_overhead(1 + w, overhead_sample(payload, p.sent_at, t_wait, now, service));
+    balancer_.observe_overhead(1 + w, overhead_sample(size, payload, p.sent_at, t_wait, now, service));
 }
 
 bool ExpertsHandler::covered_here(const MoeRegion & r, const Part & p) const {

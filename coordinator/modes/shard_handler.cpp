@@ -90,7 +90,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (rs) {
             const auto now = std::chrono::steady_clock::now();
             share_bal_.observe(1 + p.first, call_size(n), (double) (n * (slices[p.first + 1].count / block)), rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, overhead_sample((double) n, t_sent, t_wait, now,
+            share_bal_.observe_overhead(1 + p.first, overhead_sample(call_size(n), (double) n, t_sent, t_wait, now,
                                                                      rh.service_us / 1000.0));
         }
         if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))

@@ -43,20 +43,19 @@ inline bool reply_arrival_observed(std::chrono::steady_clock::time_point sent_at
 /// One reply's overhead sample: the round trip minus the worker's service time, whether it is the
 /// overhead or only an upper bound (reply_arrival_observed), and the rows its request carried.
 struct OverheadSample {
-    CallSize size = CallSize::small;  ///< of the payload: call_size(payload)
+    CallSize size = CallSize::small;  ///< of the call (decode or prefill)
     double ms = 0;        ///< round trip - service, ms
     double payload = 1;   ///< rows the request carried (rows: the worker's rows; shard: all rows; experts: see the call site)
     bool observed = false;
 };
 
-/// Builds the sample of a reply received at `arrived` (times: steady_clock; service_ms from the
-/// reply header). The sample's class follows the rows the request carried, not the call's: a worker
-/// given a few rows of a prefill call pays latency, not transfer.
-inline OverheadSample overhead_sample(double payload_rows, std::chrono::steady_clock::time_point sent_at,
+/// Builds the sample of a reply to a request of a call of `size` that carried `payload_rows` rows,
+/// received at `arrived` (times: steady_clock; service_ms from the reply header).
+inline OverheadSample overhead_sample(CallSize size, double payload_rows, std::chrono::steady_clock::time_point sent_at,
                                       std::chrono::steady_clock::time_point wait_from,
                                       std::chrono::steady_clock::time_point arrived, double service_ms) {
     OverheadSample s;
-    s.size = call_size((int64_t) payload_rows);
+    s.size = size;
     s.ms = std::chrono::duration<double, std::milli>(arrived - sent_at).count() - service_ms;
     s.payload = payload_rows;
     s.observed = reply_arrival_observed(sent_at, wait_from, service_ms);
@@ -64,9 +63,10 @@ inline OverheadSample overhead_sample(double payload_rows, std::chrono::steady_c
 }
 
 /// A worker's overhead as an affine model of the rows a request carries: a fixed cost per call
-/// (latency; from requests of at most kSmallCallRows rows) plus a cost per row (transfer; from
-/// larger requests: their mean overhead less the fixed cost, over their mean rows, taken when asked,
-/// so a fixed cost measured after the first prefill still comes off). Observed samples are averaged
+/// (latency; from decode calls) plus a cost per row (transfer; from prefill calls: their mean
+/// overhead less the fixed cost, over their mean rows, taken when asked, so a fixed cost measured
+/// after the first prefill still comes off, and a one-row part of a prefill moves the means a
+/// little instead of standing for a per-row cost alone). Observed samples are averaged
 /// (moving_average.h); upper bounds only lower an estimate that observed samples made, and never
 /// start one: a worker stays cheap until measured, so it is given work (a cold first call's bound
 /// would otherwise keep it idle).
@@ -86,9 +86,9 @@ public:
         moving_average_add(large_ms_, s.ms, n, alpha);
         moving_average_add(large_rows_, s.payload, n_large_, alpha);
     }
-    /// Expected overhead of a call whose request carries `payload_rows` rows, ms.
-    double expected_ms(double payload_rows) const {
-        return per_call_ms_ + (call_size((int64_t) payload_rows) == CallSize::large ? per_row_ms() * payload_rows : 0.0);
+    /// Expected overhead of a request of a call of `size` that carries `payload_rows` rows, ms.
+    double expected_ms(CallSize size, double payload_rows) const {
+        return per_call_ms_ + (size == CallSize::large ? per_row_ms() * payload_rows : 0.0);
     }
     double per_call_ms() const { return per_call_ms_; }
     /// Transfer per row of a large request, ms (0 until one was measured).
