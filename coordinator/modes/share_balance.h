@@ -6,13 +6,14 @@
 // workers' service times from the reply headers. A worker's overhead (its round trip minus its
 // service time, worker_overhead.h) is a fixed cost per call plus, in large calls, a cost per row
 // the request carries: its own rows in rows mode (so it grows with the share), every row of the
-// call in shard mode (so it does not). The shares make every host's
-// expected time equal (a host whose overhead alone exceeds that time gets nothing). Unmeasured
-// hosts are assumed as fast as the measured ones, so the first calls split evenly. A host left
-// without units is given one to be measured again: in rows mode after kShareProbeCalls calls (each
-// call is split afresh), in shard mode after ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this
-// host, 1 + w = worker w. Rows results do not depend on the split (docs/numerics.md); shard results
-// depend on the slice boundaries in the last bits, within the documented tolerance.
+// call in shard mode (so it does not). Speeds and overheads are kept apart for decode and prefill
+// calls (CallSize). The shares make every host's expected time equal (a host whose overhead alone
+// exceeds that time gets nothing). Unmeasured hosts are assumed as fast as the measured ones, so
+// the first calls split evenly. A host left without units is given one to be measured again: in
+// rows mode after kShareProbeCalls calls (each call is split afresh), in shard mode after
+// ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this host, 1 + w = worker w. Rows
+// results do not depend on the split (docs/numerics.md); shard results depend on the slice
+// boundaries in the last bits, within the documented tolerance.
 #pragma once
 
 #include "coordinator/modes/worker_overhead.h"
@@ -85,8 +86,8 @@ public:
     /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most 256).
     void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false);
     /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
-    /// "samples_large", "overhead_ms_per_call",
-    /// "overhead_ms_per_row_large", "units", "probes"}], "history": [{"call", "shares": [...]}]}.
+    /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes"}],
+    /// "history": [{"call", "shares": [...]}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
 
 private:
