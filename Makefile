@@ -128,6 +128,11 @@ $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS)
 
+# The model tools' shared code (tools/model-common/: the tensor types they write), linked into the
+# tools that write GGUF files only: it calls the engine's ggml, which the worker does not link.
+MODEL_COMMON_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/model-common/*.cpp))
+$(BUILD)/bin/moezip-fixture $(BUILD)/bin/moezip-upcycle: $(MODEL_COMMON_OBJ)
+
 # The worker loads the host's ggml at run time (tools/moezip-worker/worker_engine.h): no engine link.
 $(BUILD)/bin/moezip-worker: $$(call tool_objs,moezip-worker) $(CORE_LIB)
 	@mkdir -p $(dir $@)

@@ -160,48 +160,6 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
 
 namespace {
 
-/// A worker impostor in this process: answers each request with what `reply` builds.
-class FakeRouter {
-public:
-    using Reply = std::function<std::vector<zmq::message_t>(const moezip::MsgHeader &)>;
-    explicit FakeRouter(Reply reply) : ctx_(1), sock_(ctx_, zmq::socket_type::router), reply_(std::move(reply)) {
-        sock_.set(zmq::sockopt::linger, 0);
-        sock_.bind("tcp://127.0.0.1:*");
-        endpoint_ = sock_.get(zmq::sockopt::last_endpoint);
-        thread_ = std::thread([this]() { serve(); });
-    }
-    ~FakeRouter() {
-        stop_ = true;
-        thread_.join();
-        sock_.close();
-        ctx_.close();
-    }
-    const std::string & endpoint() const { return endpoint_; }
-
-private:
-    void serve() {
-        while (!stop_) {
-            zmq::pollitem_t item = {sock_.handle(), 0, ZMQ_POLLIN, 0};
-            zmq::poll(&item, 1, std::chrono::milliseconds(20));
-            if (!(item.revents & ZMQ_POLLIN)) continue;
-            std::vector<zmq::message_t> parts;
-            (void) zmq::recv_multipart(sock_, std::back_inserter(parts));
-            if (parts.size() < 2 || parts[1].size() != sizeof(moezip::MsgHeader)) continue;
-            moezip::MsgHeader h;
-            memcpy(&h, parts[1].data(), sizeof h);
-            std::vector<zmq::message_t> out = reply_(h);
-            sock_.send(parts[0], zmq::send_flags::sndmore);
-            for (size_t i = 0; i < out.size(); ++i) sock_.send(out[i], i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-        }
-    }
-    zmq::context_t ctx_;
-    zmq::socket_t sock_;
-    Reply reply_;
-    std::string endpoint_;
-    std::thread thread_;
-    std::atomic<bool> stop_{false};
-};
-
 std::vector<zmq::message_t> pong_with(const moezip::MsgHeader & req, size_t frame_bytes, int n_frames) {
     moezip::MsgHeader r = moezip::msg_header_make(MsgKind::pong);
     r.request_id = req.request_id;
@@ -216,7 +174,7 @@ std::vector<zmq::message_t> pong_with(const moezip::MsgHeader & req, size_t fram
 TEST(Budget, TheCoordinatorTakesNoReplyLargerThanItsRequestCanBringNorExtraParts) {
     zmq::context_t ctx(1);
     {
-        FakeRouter fake([](const moezip::MsgHeader & h) { return pong_with(h, (size_t) 64 << 20, 1); });  // 64 MiB
+        FakeWorkerSocket fake("tcp://127.0.0.1:*", [](const moezip::MsgHeader & h) { return pong_with(h, (size_t) 64 << 20, 1); });  // 64 MiB
         moezip::WorkerLink link(ctx, fake.endpoint(), 1500);
         ASSERT_EQ(link.max_reply_bytes_open(), moezip::WorkerLink::kDefaultMaxReplyBytes);
         moezip::MsgHeader h = moezip::msg_header_make(MsgKind::ping);
@@ -230,7 +188,7 @@ TEST(Budget, TheCoordinatorTakesNoReplyLargerThanItsRequestCanBringNorExtraParts
         link.reset();
     }
     {
-        FakeRouter fake([](const moezip::MsgHeader & h) { return pong_with(h, 16, 60); });
+        FakeWorkerSocket fake("tcp://127.0.0.1:*", [](const moezip::MsgHeader & h) { return pong_with(h, 16, 60); });
         moezip::WorkerLink link(ctx, fake.endpoint(), 5000);
         moezip::MsgHeader h = moezip::msg_header_make(MsgKind::ping);
         h.request_id = 2;

@@ -17,11 +17,7 @@ using namespace moezip_test;
 
 namespace {
 
-CommandResult run_fixture(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {bin_path("moezip-fixture")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {}, 120);
-}
+CommandResult run_fixture(const std::vector<std::string> & args) { return run_tool("moezip-fixture", args); }
 
 /// A GGUF file's header (metadata and tensor infos only).
 struct gguf_header {
@@ -42,11 +38,6 @@ nlohmann::json run_model(const std::string & model, const std::string & dir) {
     EXPECT_EQ(r.exit_code, 0) << model << ": " << r.err;
     if (r.exit_code != 0) return nullptr;
     return nlohmann::json::parse(read_file(json_path), nullptr, false);
-}
-
-bool file_exists(const std::string & path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0;
 }
 
 } // namespace

@@ -13,16 +13,7 @@ using namespace moezip_test;
 
 namespace {
 
-CommandResult run_fixture(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {bin_path("moezip-fixture")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {}, 120);
-}
-
-bool file_exists(const std::string & path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0;
-}
+CommandResult run_fixture(const std::vector<std::string> & args) { return run_tool("moezip-fixture", args); }
 
 /// Runs moezip-run on `model` with `args` and a --json report; returns the parsed report
 /// (null when the run failed, with the failure recorded in the test).
@@ -129,6 +120,18 @@ TEST(FixtureTool, UnknownTypeIsRejected) {
     CommandResult r = run_fixture({"--type", "q9_9", "-o", dir + "/x.gguf"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("unknown --type 'q9_9'"), std::string::npos) << r.err;
+}
+
+// Type names are ggml's, compared without case (tools/model-common/writable_types.h).
+TEST(FixtureTool, TypeNamesAreReadWithoutCase) {
+    const std::string dir = test_dir("fixture_type_case");
+    for (const char * type : {"q8_0", "Q8_0"}) {
+        CommandResult r = run_fixture({"--preset", "tiny", "--type", type, "-o", dir + "/" + type + ".gguf"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    const std::string lower = sha256_file(dir + "/q8_0.gguf");
+    ASSERT_EQ(lower.size(), 64u);
+    EXPECT_EQ(lower, sha256_file(dir + "/Q8_0.gguf"));
 }
 
 TEST(FixtureTool, BadDimensionsAreRejected) {

@@ -69,6 +69,17 @@ static void drain(int fd, std::string & into) {
     if (n > 0) into.append(buf, (size_t) n);
 }
 
+CommandResult run_tool(const std::string & tool, const std::vector<std::string> & args, int timeout_s) {
+    std::vector<std::string> argv = {bin_path(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, {}, timeout_s);
+}
+
+bool file_exists(const std::string & path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0;
+}
+
 CommandResult run_command(const std::vector<std::string> & argv,
                           const std::map<std::string, std::string> & env, int timeout_s) {
     CommandResult res;

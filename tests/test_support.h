@@ -50,6 +50,12 @@ CommandResult run_command(const std::vector<std::string> & argv,
                           const std::map<std::string, std::string> & env = {},
                           int timeout_s = 300);
 
+/// run_command of one of our built programs (bin_path(tool)) with `args`, waiting at most timeout_s.
+CommandResult run_tool(const std::string & tool, const std::vector<std::string> & args, int timeout_s = 120);
+
+/// True when `path` exists (stat succeeds).
+bool file_exists(const std::string & path);
+
 /// A synthetic MoE model from moezip-fixture, generated once into <build>/fixtures/ and reused.
 /// `args` are extra moezip-fixture flags (for example {"--preset", "tiny", "--type", "q8_0"}).
 /// Fails the calling test (ADD_FAILURE) and returns "" when generation fails.

@@ -232,54 +232,21 @@ TEST(WarmupGraph, IsComputedExactlyAndLaterGraphsStayDistributed) {
 
 // ---- B4: a hostile hello, an exception inside the hook -------------------------------------------
 
-/// A fake worker: a ROUTER that answers hello with `hello_json` (and the right instance in the
-/// header) and every compute with an error, until stopped.
-class FakeWorker {
-public:
-    FakeWorker(const std::string & endpoint, std::string hello_json) : ctx_(1), sock_(ctx_, zmq::socket_type::router), hello_(std::move(hello_json)) {
-        sock_.set(zmq::sockopt::linger, 0);
-        sock_.bind(endpoint);
-        thread_ = std::thread([this]() { serve(); });
-    }
-    ~FakeWorker() {
-        stop_ = true;
-        thread_.join();
-        sock_.close();
-        ctx_.close();
-    }
-    int hellos() const { return hellos_; }
-
-private:
-    void serve() {
-        while (!stop_) {
-            zmq::pollitem_t item = {sock_.handle(), 0, ZMQ_POLLIN, 0};
-            zmq::poll(&item, 1, std::chrono::milliseconds(20));
-            if (!(item.revents & ZMQ_POLLIN)) continue;
-            std::vector<zmq::message_t> parts;
-            (void) zmq::recv_multipart(sock_, std::back_inserter(parts));
-            if (parts.size() < 2 || parts[1].size() != sizeof(moezip::MsgHeader)) continue;
-            moezip::MsgHeader h;
-            memcpy(&h, parts[1].data(), sizeof h);
-            const bool hello = h.kind == (uint16_t) moezip::MsgKind::hello;
-            hellos_ += hello;
-            const std::string text = hello ? hello_ : std::string("fake worker computes nothing");
-            moezip::MsgHeader r = moezip::msg_header_make(hello ? moezip::MsgKind::hello_ok : moezip::MsgKind::error);
-            r.request_id = h.request_id;
-            r.instance = 0x1234;
-            r.status = hello ? 0 : (int32_t) moezip::ErrorCode::compute_failed;
-            moezip::msg_header_set_frame(r, 0, moezip::WireType::none, text.data(), text.size());
-            sock_.send(parts[0], zmq::send_flags::sndmore);
-            sock_.send(zmq::const_buffer(&r, sizeof r), zmq::send_flags::sndmore);
-            sock_.send(zmq::const_buffer(text.data(), text.size()), zmq::send_flags::none);
-        }
-    }
-    zmq::context_t ctx_;
-    zmq::socket_t sock_;
-    std::string hello_;
-    std::thread thread_;
-    std::atomic<bool> stop_{false};
-    std::atomic<int> hellos_{0};
-};
+/// A fake worker's answer: hello_ok with `hello_json` (and the instance 0x1234 in the header) to a
+/// hello, an error to anything else.
+static std::vector<zmq::message_t> fake_worker_reply(const moezip::MsgHeader & h, const std::string & hello_json) {
+    const bool hello = h.kind == (uint16_t) moezip::MsgKind::hello;
+    const std::string text = hello ? hello_json : std::string("fake worker computes nothing");
+    moezip::MsgHeader r = moezip::msg_header_make(hello ? moezip::MsgKind::hello_ok : moezip::MsgKind::error);
+    r.request_id = h.request_id;
+    r.instance = 0x1234;
+    r.status = hello ? 0 : (int32_t) moezip::ErrorCode::compute_failed;
+    moezip::msg_header_set_frame(r, 0, moezip::WireType::none, text.data(), text.size());
+    std::vector<zmq::message_t> out;
+    out.emplace_back(&r, sizeof r);
+    out.emplace_back(text.data(), text.size());
+    return out;
+}
 
 TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFailedDecode) {
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
@@ -303,7 +270,12 @@ TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFail
                                         "--json", dir + "/single.json"});
     ASSERT_EQ(single.exit_code, 0);
     for (const Case & k : cases) {
-        FakeWorker fake("ipc://" + dir + "/" + k.name + ".sock", k.hello.dump());
+        std::atomic<int> hellos{0};
+        const std::string hello = k.hello.dump();
+        FakeWorkerSocket fake("ipc://" + dir + "/" + k.name + ".sock", [&](const moezip::MsgHeader & h) {
+            hellos += h.kind == (uint16_t) moezip::MsgKind::hello;
+            return fake_worker_reply(h, hello);
+        });
         const std::string cfg = write_moezip_config(dir, k.name, "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[dispatch]\non_worker_error = \"local\"\n"
                                                                   "[[worker]]\nendpoint = \"ipc://" + dir + "/" + k.name + ".sock\"\nexperts = \"4-7\"\n");
         CommandResult r = run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
@@ -313,7 +285,7 @@ TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFail
         const json rep = load_json(dir + "/" + k.name + ".json");
         EXPECT_TRUE(errors_mention(rep, k.said)) << k.name << ": " << rep["errors"].dump();
         EXPECT_EQ(rep["checks"]["regions_handled"].get<int>(), 16) << k.name << ": every region of the 8 graphs handled here";
-        EXPECT_GE(fake.hellos(), 1) << k.name;
+        EXPECT_GE(hellos.load(), 1) << k.name;
     }
 }
 

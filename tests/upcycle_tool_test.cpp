@@ -23,11 +23,7 @@ namespace {
 const char * const k_stories_sha256 = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
 const char * const k_prompt = "Once upon a time";
 
-CommandResult upcycle(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {bin_path("moezip-upcycle")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {}, 120);
-}
+CommandResult upcycle(const std::vector<std::string> & args) { return run_tool("moezip-upcycle", args); }
 
 /// Runs moezip-run greedily for 40 tokens and returns its --json report (null after a failure).
 nlohmann::json run_greedy(const std::string & model, const std::string & dir, const std::string & name) {
@@ -223,6 +219,29 @@ TEST(UpcycleTool, RejectsMoreUsedThanExpertsNamingTheFlag) {
     r = upcycle({"-i", dense, "-o", dir + "/out.gguf", "--n-expert", "0"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("--n-expert"), std::string::npos) << r.err;
+}
+
+// The two model tools write the same tensor types and name them alike: what one rejects, the other
+// rejects too, listing the same types (upcycle's list adds its "same").
+TEST(UpcycleTool, UnknownTypeIsRejectedWithTheFixtureToolsTypes) {
+    const std::string dense = stories_model();
+    ASSERT_FALSE(dense.empty());
+    const std::string dir = test_dir("upcycle_bad_type");
+    CommandResult up = upcycle({"-i", dense, "-o", dir + "/out.gguf", "--type", "q9_9"});
+    EXPECT_NE(up.exit_code, 0);
+    const std::string up_head = "--type 'q9_9' is not one of same, ";
+    const size_t up_at = up.err.find(up_head);
+    ASSERT_NE(up_at, std::string::npos) << up.err;
+    CommandResult fx = run_tool("moezip-fixture", {"--type", "q9_9", "-o", dir + "/x.gguf"});
+    EXPECT_NE(fx.exit_code, 0);
+    const std::string fx_head = "(supported: ";
+    const size_t fx_at = fx.err.find(fx_head);
+    ASSERT_NE(fx_at, std::string::npos) << fx.err;
+    const size_t fx_end = fx.err.find(')', fx_at);
+    ASSERT_NE(fx_end, std::string::npos) << fx.err;
+    const std::string fixture_types = fx.err.substr(fx_at + fx_head.size(), fx_end - fx_at - fx_head.size());
+    EXPECT_NE(fixture_types.find("q4_K"), std::string::npos) << fixture_types;
+    EXPECT_EQ(up.err.substr(up_at + up_head.size(), fixture_types.size()), fixture_types) << up.err << "\n" << fx.err;
 }
 
 TEST(UpcycleTool, RejectsOtherArchitecturesAndMissingFfn) {

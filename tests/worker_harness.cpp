@@ -20,6 +20,38 @@
 
 namespace moezip_test {
 
+FakeWorkerSocket::FakeWorkerSocket(const std::string & endpoint, Reply reply)
+    : ctx_(1), sock_(ctx_, zmq::socket_type::router), reply_(std::move(reply)) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.bind(endpoint);
+    endpoint_ = sock_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this]() { serve(); });
+}
+
+FakeWorkerSocket::~FakeWorkerSocket() {
+    stop_ = true;
+    thread_.join();
+    sock_.close();
+    ctx_.close();
+}
+
+void FakeWorkerSocket::serve() {
+    while (!stop_) {
+        zmq::pollitem_t item = {sock_.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(20));  // short: the destructor waits for this loop
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        std::vector<zmq::message_t> parts;
+        (void) zmq::recv_multipart(sock_, std::back_inserter(parts));
+        if (parts.size() < 2 || parts[1].size() != sizeof(moezip::MsgHeader)) continue;
+        moezip::MsgHeader h;
+        memcpy(&h, parts[1].data(), sizeof h);
+        std::vector<zmq::message_t> out = reply_(h);
+        sock_.send(parts[0], zmq::send_flags::sndmore);
+        for (size_t i = 0; i < out.size(); ++i)
+            sock_.send(out[i], i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+}
+
 using namespace moezip;
 
 // ---- WorkerProcess ----

@@ -8,10 +8,13 @@
 
 #include <zmq.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gguf.h"
@@ -107,6 +110,30 @@ private:
     std::unique_ptr<zmq::socket_t> sock_;
     uint64_t instance_ = 0;
     bool planned_ = true;
+};
+
+/// A worker impostor in this process: a ROUTER bound to `endpoint` ("tcp://127.0.0.1:*" picks a
+/// free port) that answers every message carrying a header (frame 1 after the routing id) with the
+/// frames `reply` builds for it, on its own thread until destroyed. Other messages are ignored.
+/// For tests of what a hostile or broken worker can send.
+class FakeWorkerSocket {
+public:
+    using Reply = std::function<std::vector<zmq::message_t>(const moezip::MsgHeader &)>;
+    FakeWorkerSocket(const std::string & endpoint, Reply reply);
+    ~FakeWorkerSocket();
+    FakeWorkerSocket(const FakeWorkerSocket &) = delete;
+    FakeWorkerSocket & operator=(const FakeWorkerSocket &) = delete;
+    /// The bound endpoint, with the port chosen.
+    const std::string & endpoint() const { return endpoint_; }
+
+private:
+    void serve();
+    zmq::context_t ctx_;
+    zmq::socket_t sock_;
+    Reply reply_;
+    std::string endpoint_;
+    std::thread thread_;
+    std::atomic<bool> stop_{false};
 };
 
 /// A compute request's fields and data, turned into frames by compute_frames().

@@ -287,7 +287,7 @@ CFG_TRACE=""   # write_config: trace path ("" = none)
 CFG_SHARE=$ROWS_SHARE   # write_config: rows/shard local_share (a number, or auto)
 CFG_REPLICAS=0          # write_config: experts.replicas = true
 start_worker() {
-    local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() t pid
+    local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
     [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
     # joins the group by its pid, then becomes the worker (exec keeps the pid)
@@ -301,16 +301,21 @@ start_worker() {
         "${args[@]+"${args[@]}"}" > "$TMPW/w$i.out" 2> "$TMPW/w$i.err" &
     pid=$!
     WORKER_PIDS+=("$pid")
+    wait_ready "$pid" "worker $i" "$TMPW/w$i.err" grep -q '^moezip-worker: serving' "$TMPW/w$i.out" || return 1
+    W_EP[$i]=$(sed -n 's/^moezip-worker: serving \([^ ]*\) .*/\1/p' "$TMPW/w$i.out")
+    W_MIB[$i]=$(sed -n 's/.*, \([0-9.]*\) MiB of expert weights.*/\1/p' "$TMPW/w$i.out")
+}
+# wait_ready PID WHAT ERR_FILE CHECK...: runs the command CHECK every 50 ms until it succeeds, for at
+# most WORKER_WAIT s. Fails naming WHAT (with ERR_FILE's last lines) when PID exits first, or on time.
+wait_ready() {
+    local pid=$1 what=$2 err=$3 t
+    shift 3
     for t in $(seq $((WORKER_WAIT * 20))); do
-        if grep -q '^moezip-worker: serving' "$TMPW/w$i.out" 2>/dev/null; then
-            W_EP[$i]=$(sed -n 's/^moezip-worker: serving \([^ ]*\) .*/\1/p' "$TMPW/w$i.out")
-            W_MIB[$i]=$(sed -n 's/.*, \([0-9.]*\) MiB of expert weights.*/\1/p' "$TMPW/w$i.out")
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || { echo "bench: worker $i exited before it was ready: $(tail -3 "$TMPW/w$i.err")" >&2; return 1; }
+        "$@" 2>/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || { echo "bench: $what exited before it was ready: $(tail -3 "$err")" >&2; return 1; }
         sleep 0.05
     done
-    echo "bench: worker $i printed no ready line within $WORKER_WAIT s" >&2
+    echo "bench: $what was not ready within $WORKER_WAIT s" >&2
     return 1
 }
 # stop_workers: VmHWM (KiB) of each into W_HWM, then TERM; the worker prints its counters and exits.

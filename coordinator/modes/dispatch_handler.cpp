@@ -65,6 +65,23 @@ bool DispatchHandler::accept_part(size_t w, const void * theirs, const float * h
     return c.equal;
 }
 
+Status DispatchHandler::recv_row_sums(const MoeRegion & r, size_t w, uint64_t id, int64_t n_rows, ShareBalancer & bal,
+                                      CallSize size, double units, double payload_rows,
+                                      std::chrono::steady_clock::time_point sent, zmq::message_t & data) {
+    WorkerLink & link = disp_.link(w);
+    MsgHeader rh;
+    const auto t_wait = std::chrono::steady_clock::now();
+    Status rs = link.recv(id, rh, data);
+    if (!rs) return rs;
+    const double service = rh.service_us / 1000.0;
+    bal.observe(1 + w, size, units, service);
+    bal.observe_overhead(1 + w, overhead_sample(size, payload_rows, sent, t_wait, std::chrono::steady_clock::now(), service));
+    if (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n_rows ||
+        data.size() != (size_t) (n_rows * r.n_embd) * sizeof(float))
+        return Status::corruption(link.endpoint() + ": result does not match the request");
+    return Status::ok();
+}
+
 MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, ReplyKind reply) {
     MsgHeader h = msg_header_make(MsgKind::compute);
     h.request_id = disp_.next_request_id();
@@ -150,19 +167,9 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     for (auto & p : pending) {
         const RowBlock & b = blocks[p.first + 1];
         WorkerLink & link = disp_.link(p.first);
-        MsgHeader rh;
         zmq::message_t data;
-        const auto t_wait = std::chrono::steady_clock::now();
-        Status rs = link.recv(p.second, rh, data);
-        if (rs) {
-            const auto now = std::chrono::steady_clock::now();
-            share_bal_.observe(1 + p.first, call_size(n), (double) b.count, rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, overhead_sample(call_size(n), (double) b.count, t_sent, t_wait, now,
-                                                                     rh.service_us / 1000.0));
-        }
-        if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != b.count ||
-                   data.size() != (size_t) (b.count * E) * sizeof(float)))
-            rs = Status::corruption(link.endpoint() + ": result does not match the request");
+        Status rs = recv_row_sums(r, p.first, p.second, b.count, share_bal_, call_size(n), (double) b.count,
+                                  (double) b.count, t_sent, data);
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
         if (disp_.verify_due(p.first)) {
             verify_buf_.resize((size_t) (b.count * E));

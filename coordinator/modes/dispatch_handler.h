@@ -29,6 +29,7 @@
 #include "coordinator/modes/split.h"
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
@@ -68,6 +69,13 @@ protected:
     /// computation of the same part: bit-exact or within the verify tolerances; records the verdict
     /// (a mismatch makes w untrusted). True when `theirs` may be used.
     bool accept_part(size_t w, const void * theirs, const float * here, size_t n, bool exact, const std::string & what);
+    /// Worker w's reply to row-sums request `id` (rows and shard mode) into `data`: a result of
+    /// n_rows rows, [n_embd, n_rows] f32. A reply that arrives feeds `bal`: the worker's service
+    /// time for `units` of work, and one overhead sample whose transfer is `payload_rows` rows
+    /// (worker_overhead.h). `sent` is when the request went out. Errors: the link's (timeout, hash,
+    /// closed), or corruption naming the worker when the reply's kind, rows or size do not match.
+    Status recv_row_sums(const MoeRegion & r, size_t w, uint64_t id, int64_t n_rows, ShareBalancer & bal, CallSize size,
+                         double units, double payload_rows, std::chrono::steady_clock::time_point sent, zmq::message_t & data);
 
     const Config & cfg_;
     Dispatcher disp_;

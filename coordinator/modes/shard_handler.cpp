@@ -83,18 +83,10 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 3. partial sums from the workers
     for (auto & p : pending) {
         WorkerLink & link = disp_.link(p.first);
-        MsgHeader rh;
         zmq::message_t data;
-        const auto t_wait = std::chrono::steady_clock::now();
-        Status rs = link.recv(p.second, rh, data);
-        if (rs) {
-            const auto now = std::chrono::steady_clock::now();
-            share_bal_.observe(1 + p.first, call_size(n), (double) (n * (slices[p.first + 1].count / block)), rh.service_us / 1000.0);
-            share_bal_.observe_overhead(1 + p.first, overhead_sample(call_size(n), (double) n, t_sent, t_wait, now,
-                                                                     rh.service_us / 1000.0));
-        }
-        if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n || data.size() != (size_t) (E * n) * sizeof(float)))
-            rs = Status::corruption(link.endpoint() + ": result does not match the request");
+        // units: rows x n_ff blocks of its slice; the transfer: every row of the call
+        Status rs = recv_row_sums(r, p.first, p.second, n, share_bal_, call_size(n),
+                                  (double) (n * (slices[p.first + 1].count / block)), (double) n, t_sent, data);
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
         const bool due = disp_.verify_due(p.first);
         if (due || shadow_call) {

@@ -1,12 +1,12 @@
 # Sourced by tools/run-bench.sh: the incumbent's variants, llama.cpp's RPC backend timed by llama-bench
 # (rpc_single, rpc_experts, rpc_tensor; the programs of $LLAMA_BIN, llama.cpp built from the pinned
-# engine's source with -DGGML_RPC=ON). Uses the driver's PIN, TMPW, WORKER_PIDS, W_EP, WORKER_WAIT.
+# engine's source with -DGGML_RPC=ON). Uses the driver's PIN, TMPW, WORKER_PIDS, W_EP, WORKER_WAIT and wait_ready.
 
 # start_rpc_server IDX CORE NETNS HOST: ggml-rpc-server with one thread on HOST:(RPC_PORT + IDX), in its
 # own process group (stopped like a worker); W_EP[IDX] = HOST:PORT once it accepts connections (its
 # stdout is block-buffered into a file, so its "endpoint" line cannot be waited for).
 start_rpc_server() {
-    local i=$1 core=$2 ns=$3 host=$4 port=$((RPC_PORT + $1)) pre=() nsx=() pid t
+    local i=$1 core=$2 ns=$3 host=$4 port=$((RPC_PORT + $1)) pre=() nsx=() pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns") && nsx+=(ip netns exec "$ns")
     [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
     rm -f "$TMPW/w$i.out" "$TMPW/w$i.err"
@@ -14,17 +14,10 @@ start_rpc_server() {
         > "$TMPW/w$i.out" 2> "$TMPW/w$i.err" &
     pid=$!
     WORKER_PIDS+=("$pid")
-    for t in $(seq $((WORKER_WAIT * 20))); do
-        # a connection that closes at once is harmless: the server logs it and accepts the next
-        if "${nsx[@]+"${nsx[@]}"}" bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; then
-            W_EP[$i]="$host:$port"
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || { echo "bench: rpc server $i exited before it was ready: $(tail -3 "$TMPW/w$i.err")" >&2; return 1; }
-        sleep 0.05
-    done
-    echo "bench: rpc server $i did not accept connections on $host:$port within $WORKER_WAIT s" >&2
-    return 1
+    # ready when it accepts a connection; one that closes at once is harmless (the server logs it)
+    wait_ready "$pid" "rpc server $i on $host:$port" "$TMPW/w$i.err" \
+        "${nsx[@]+"${nsx[@]}"}" bash -c "exec 3<>/dev/tcp/$host/$port" || return 1
+    W_EP[$i]="$host:$port"
 }
 
 # rpc_bench_args VARIANT SERVERS...: llama-bench's flags for a variant besides model, lengths and output.

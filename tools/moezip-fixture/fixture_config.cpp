@@ -1,5 +1,7 @@
 #include "tools/moezip-fixture/fixture_config.h"
 
+#include "tools/model-common/writable_types.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -21,18 +23,6 @@ const preset_row k_presets[] = {
     {"a3b-L4", {2048, 4, 128, 8, 768, 32, 4, 128, 4096, 0, {}}},
     {"a3b-L8", {2048, 8, 128, 8, 768, 32, 4, 128, 4096, 0, {}}},
 };
-
-// Types ggml_quantize_chunk (ggml/src/ggml.c) produces without an importance matrix.
-const ggml_type k_types[] = {
-    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
-    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K,
-};
-
-std::string lower(std::string s) {
-    for (char & c : s) c = (char) std::tolower((unsigned char) c);
-    return s;
-}
 
 std::string join(const std::vector<std::string> & v) {
     std::string out;
@@ -64,19 +54,10 @@ Status fixture_preset_lookup(const std::string & name, fixture_hparams & hp) {
     return Status::invalid_argument("unknown --preset '" + name + "' (known: " + join(fixture_preset_names()) + ")");
 }
 
-std::vector<std::string> fixture_type_names() {
-    std::vector<std::string> names;
-    for (ggml_type t : k_types) names.push_back(ggml_type_name(t));
-    return names;
-}
+std::vector<std::string> fixture_type_names() { return writable_type_names(); }
 
 Status fixture_type_lookup(const std::string & name, ggml_type & type) {
-    for (ggml_type t : k_types) {
-        if (lower(name) == lower(ggml_type_name(t))) {
-            type = t;
-            return Status::ok();
-        }
-    }
+    if (writable_type_lookup(name, type)) return Status::ok();
     return Status::invalid_argument("unknown --type '" + name + "' (supported: " + join(fixture_type_names()) + ")");
 }
 

@@ -1,7 +1,9 @@
 #include "tools/moezip-upcycle/tensor_types.h"
 
-#include <cctype>
+#include "tools/model-common/writable_types.h"
+
 #include <cstring>
+#include <strings.h>
 
 using moezip::Status;
 
@@ -9,48 +11,27 @@ namespace moezip_upcycle {
 
 namespace {
 
-// Types ggml_quantize_chunk (ggml/src/ggml.c) converts to without an importance matrix.
-const ggml_type k_types[] = {
-    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
-    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K,
-};
-
-std::string lower(std::string s) {
-    for (char & c : s) c = (char) std::tolower((unsigned char) c);
-    return s;
-}
-
 bool ends_with(const std::string & s, const char * tail) {
     const size_t n = strlen(tail);
     return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
-}
-
-bool writable(ggml_type type) {
-    for (ggml_type t : k_types)
-        if (t == type) return true;
-    return false;
 }
 
 } // namespace
 
 std::vector<std::string> type_choice_names() {
     std::vector<std::string> names = {"same"};
-    for (ggml_type t : k_types) names.push_back(ggml_type_name(t));
+    for (const std::string & n : moezip::writable_type_names()) names.push_back(n);
     return names;
 }
 
 Status type_choice_parse(const std::string & name, type_choice & out) {
-    if (lower(name) == "same") {
+    if (strcasecmp(name.c_str(), "same") == 0) {
         out = type_choice();
         return Status::ok();
     }
-    for (ggml_type t : k_types) {
-        if (lower(name) == lower(ggml_type_name(t))) {
-            out.same = false;
-            out.type = t;
-            return Status::ok();
-        }
+    if (moezip::writable_type_lookup(name, out.type)) {
+        out.same = false;
+        return Status::ok();
     }
     std::string known;
     for (const auto & n : type_choice_names()) known += (known.empty() ? "" : ", ") + n;
@@ -62,7 +43,7 @@ std::string type_choice_name(const type_choice & c) { return c.same ? "same" : g
 ggml_type type_choice_resolve(const type_choice & c, ggml_type src) { return c.same ? src : c.type; }
 
 Status type_check_writable(const std::string & name, ggml_type type, int64_t ne0, const std::string & hint) {
-    if (!writable(type))
+    if (!moezip::is_writable_type(type))
         return Status::invalid_argument("tensor " + name + ": type " + ggml_type_name(type) +
                                         " cannot be written here (no reference quantizer without an importance matrix); " +
                                         hint);

@@ -133,6 +133,15 @@ uint32_t WorkerLayer::bias_flags() const {
     return (gate_b ? kFfnGateBias : 0u) | (up_b ? kFfnUpBias : 0u) | (down_b ? kFfnDownBias : 0u);
 }
 
+void WorkerLayer::use_tensors(const std::array<ggml_tensor *, 6> & t) {
+    weights.gate_exps = t[0];
+    weights.up_exps = t[1];
+    weights.down_exps = t[2];
+    weights.gate_b = t[3];
+    weights.up_b = t[4];
+    weights.down_b = t[5];
+}
+
 const WorkerLayer * WorkerModel::layer(int il) const {
     for (const WorkerLayer & l : layers_)
         if (l.il == il) return &l;
@@ -288,8 +297,8 @@ Status WorkerModel::repack_layers(const WorkerRepackApi & rp) {
     if (ctx_ == nullptr) return Status::io_error("ggml_init failed");
     std::vector<uint8_t> bytes;
     for (WorkerLayer & l : layers_) {
-        ggml_tensor * local[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-        ggml_tensor * const src[6] = {l.gate_exps, l.up_exps, l.down_exps, l.gate_b, l.up_b, l.down_b};
+        std::array<ggml_tensor *, 6> local = {};
+        const std::array<ggml_tensor *, 6> src = l.file_tensors();
         for (int i = 0; i < 6; ++i) {
             if (src[i] == nullptr) continue;
             local[i] = served_copy(src[i], /*bias =*/ i >= 3, n_served, bytes);
@@ -305,12 +314,7 @@ Status WorkerModel::repack_layers(const WorkerRepackApi & rp) {
             }
             release_source(src[i]);
         }
-        l.weights.gate_exps = local[0];
-        l.weights.up_exps = local[1];
-        l.weights.down_exps = local[2];
-        l.weights.gate_b = local[3];
-        l.weights.up_b = local[4];
-        l.weights.down_b = local[5];
+        l.use_tensors(local);
         l.local_of = local_of;
     }
     return Status::ok();
@@ -344,14 +348,7 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
                                    "for this CPU or build), so its host does not repack either");
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     if (!st) return st;
-    for (WorkerLayer & l : layers_) {
-        l.weights.gate_exps = l.gate_exps;
-        l.weights.up_exps = l.up_exps;
-        l.weights.down_exps = l.down_exps;
-        l.weights.gate_b = l.gate_b;
-        l.weights.up_b = l.up_b;
-        l.weights.down_b = l.down_b;
-    }
+    for (WorkerLayer & l : layers_) l.use_tensors(l.file_tensors());
     if (opt.repack != nullptr) {
         st = repack_layers(*opt.repack);
         if (!st) return st;

@@ -34,6 +34,7 @@
 #include "ggml.h"
 #include "gguf.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -61,6 +62,10 @@ struct WorkerLayer {
 
     /// The FfnFlag bias bits (coordinator/wire/protocol.h) of the biases present.
     uint32_t bias_flags() const;
+    /// The file's expert tensors in the order gate, up, down, gate_b, up_b, down_b (null = absent).
+    std::array<ggml_tensor *, 6> file_tensors() const { return {gate_exps, up_exps, down_exps, gate_b, up_b, down_b}; }
+    /// Points `weights` at six tensors in file_tensors()' order: the file's, or repacked copies.
+    void use_tensors(const std::array<ggml_tensor *, 6> & t);
 };
 
 /// One file of the model and the MoE layers whose expert tensors it holds.
