@@ -562,9 +562,9 @@ std::string populate_model_map(Session & s, char * addr, size_t len, int fd, lon
     for (const GgufExpertTensor & t : tensors) bytes.push_back({t.offset, t.bytes, t.n_expert});
     const std::vector<int> owners = expert_owners(s.cfg, tensors.empty() ? 0 : (int) tensors[0].n_expert);
     const ModelMapPlan plan = model_map_plan(len, bytes, owners, (uint64_t) sysconf(_SC_PAGESIZE));
-    for (const auto & r : plan.skip) {
-        if (madvise(addr + r.first, r.second - r.first, MADV_RANDOM) == 0) skipped += r.second - r.first;
-    }
+    // the workers' experts come in only when read: the identity digest (which reads them ahead and
+    // drops them again), a fallback or a verify check
+    for (const auto & r : plan.skip) skipped += r.second - r.first;
     for (const auto & r : plan.populate) {
         if (madvise(addr + r.first, r.second - r.first, MADV_POPULATE_READ) != 0)
             return std::string("madvise(MADV_POPULATE_READ) failed: ") + strerror(errno);

@@ -35,9 +35,10 @@ bool session_map_model_lazily(int fd);
 
 /// After a mapping that session_map_model_lazily made without MAP_POPULATE: makes resident now
 /// (MADV_POPULATE_READ) every page this host will read, i.e. all but whole pages of the experts
-/// workers own (read from the file's GGUF tensor table), and marks those MADV_RANDOM so that the
-/// handshake's digest samples fault one page, not a read-around window. So loading costs what the
-/// engine's own MAP_POPULATE costs, minus the workers' experts. Records the bytes for the report.
+/// workers own (read from the file's GGUF tensor table), which come in only when read (the identity
+/// digests read them once and drop them again: coordinator/dispatch/expert_digests_here.h). So
+/// loading costs what the engine's own MAP_POPULATE costs, minus the workers' experts. Records the
+/// bytes for the report.
 void session_note_lazy_map(void * addr, size_t len, int fd, long offset);
 
 /// Resolves a libggml-base function for the shims (nullptr when libggml-base is not loaded).

@@ -27,6 +27,8 @@ uint64_t expert_slice_digest(const void * slice, size_t bytes) {
     return XXH3_64bits(buf, used);
 }
 
+uint64_t expert_content_digest(const void * slice, size_t bytes) { return bytes == 0 ? XXH3_64bits(nullptr, 0) : XXH3_64bits(slice, bytes); }
+
 uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down) {
     return gate ^ rotl64(up, 1) ^ rotl64(down, 2);
 }
@@ -34,7 +36,7 @@ uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down) {
 namespace {
 
 uint64_t slice_digest_of(const ggml_tensor * t, int64_t e) {
-    return expert_slice_digest(static_cast<const uint8_t *>(t->data) + (size_t) e * t->nb[2], t->nb[2]);
+    return expert_content_digest(static_cast<const uint8_t *>(t->data) + (size_t) e * t->nb[2], t->nb[2]);
 }
 
 } // namespace

@@ -1,19 +1,18 @@
-// moezip: a cheap identity digest of one expert's weights, computed the same way by a worker (from
-// its own copy of the file) and by the coordinator (from the engine's tensors), so the coordinator
-// can tell that both hold the same expert before sending it any work.
+// moezip: the identity digest of one expert's weights, computed the same way by a worker (from its
+// own copy of the file) and by the coordinator (from the engine's tensors), so that the coordinator
+// sends a worker work only for experts whose bytes equal its own.
 //
-// Why sampled, not a full hash: the coordinator checks the digest of every expert a worker serves
-// when it first talks to it. Hashing whole slices would fault in every page of every expert (the
-// engine's weights are mmapped; a 30B MoE model has tens of GB of them) on the coordinator host,
-// which is exactly the memory the distribution is meant to save. So the digest reads the slice's
-// size and its first and last 256 bytes: at most two pages per slice.
+// Two digests live here:
+// - the **content digest** (expert_identity_digest_of): XXH3-64 of every byte of each of the
+//   expert's slices. It catches any difference: another file, seed, type or shape, swapped experts,
+//   a fine-tune that touched a few rows, a download corrupted in the middle. Its cost is reading
+//   the slices once: the worker reads its experts anyway when it loads them; the coordinator reads
+//   the experts of a worker once per plan and worker (coordinator/dispatch/dispatcher.cpp drops the
+//   pages of the experts it does not compute again right after hashing them, so its resident set
+//   does not grow by a worker's share).
+// - the **canary** (expert_slice_digest): size plus the first and last 256 bytes of a range. Cheap
+//   enough for every call (provider_map.h: the weights a plan bound have not changed in place).
 //
-// What it catches: another model file or another random seed with the same shapes (any change of
-// the first or last quantization blocks, which hold scales and values of the first/last rows),
-// another tensor type or shape (the size differs), experts swapped or renumbered.
-// What it misses: a file that differs only in the middle of a slice (a fine-tune touching only
-// some rows, bit rot in the middle). Those would give different results, not detected here; the
-// engine version, CPU variant and tensor shapes are checked separately (hello_ok).
 #pragma once
 
 #include "ggml.h"
@@ -23,13 +22,17 @@
 
 namespace moezip {
 
-/// Bytes sampled at each end of a slice.
+/// Bytes sampled at each end of a range by the canary.
 constexpr size_t kExpertDigestSample = 256;
 
-/// XXH3-64 over (bytes as u64 little-endian, the first min(256, bytes) bytes, the last
+/// The canary: XXH3-64 over (bytes as u64 little-endian, the first min(256, bytes) bytes, the last
 /// min(256, bytes) bytes), concatenated in that order. Reads at most 512 bytes of `slice`.
 /// `slice` may be null when bytes == 0.
 uint64_t expert_slice_digest(const void * slice, size_t bytes);
+
+/// XXH3-64 of all `bytes` bytes of `slice` (XXH3 includes the length). `slice` may be null when
+/// bytes == 0.
+uint64_t expert_content_digest(const void * slice, size_t bytes);
 
 /// Combines the slice digests of one expert's gate, up and down slices:
 ///   gate ^ rotl64(up, 1) ^ rotl64(down, 2).
@@ -38,8 +41,9 @@ uint64_t expert_identity_digest(uint64_t gate, uint64_t up, uint64_t down);
 
 /// The identity digest of expert `e` of a layer from its three `*_exps` tensors in GGUF layout
 /// (gate/up [n_embd, n_ff, n_expert], down [n_ff, n_embd, n_expert]); slice e is bytes
-/// [e*nb[2], (e+1)*nb[2]) of each (ggml.h: nb[2] = nb[1]*ne[1]). Reads only data and nb[2], and at
-/// most 512 bytes per tensor. A repacked tensor (CPU_REPACK) has other bytes and another digest.
+/// [e*nb[2], (e+1)*nb[2]) of each (ggml.h: nb[2] = nb[1]*ne[1]): expert_content_digest of each
+/// slice, combined by expert_identity_digest. Reads only data and nb[2], and every byte of the
+/// three slices. A repacked tensor (CPU_REPACK) has other bytes and another digest.
 /// The caller checks 0 <= e < ne[2].
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps,
                                    const ggml_tensor * down_exps, int64_t e);

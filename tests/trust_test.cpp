@@ -8,6 +8,8 @@
 #include "coordinator/wire/protocol.h"
 #include "coordinator/wire/transport.h"
 
+#include "gguf.h"
+
 #include <zmq_addon.hpp>
 
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <thread>
 
@@ -228,6 +231,56 @@ TEST(WarmupGraph, IsComputedExactlyAndLaterGraphsStayDistributed) {
     EXPECT_EQ(rep["checks"]["regions_passthrough"], 0);
     EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
     EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
+}
+
+// ---- A3: a worker's copy of the model damaged in the middle of an expert ------------------------
+
+/// Copies `src` to `dst` and writes `value` over the f32 weight at byte `at` of expert `e`'s slice of
+/// tensor `name` (GGUF layout: slice e = bytes [e*nb[2], (e+1)*nb[2]) of the tensor's data). False
+/// when the tensor is not found or the file cannot be written.
+static bool copy_with_weight_changed(const std::string & src, const std::string & dst, const char * name, int e, size_t at, float value) {
+    gguf_init_params params = {/*no_alloc =*/ true, nullptr};
+    gguf_context * g = gguf_init_from_file(src.c_str(), params);
+    if (g == nullptr) return false;
+    const int64_t id = gguf_find_tensor(g, name);
+    const size_t offset = id < 0 ? 0 : gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
+    const size_t slice = id < 0 ? 0 : gguf_get_tensor_size(g, id) / 8;  // the tiny preset: 8 experts
+    gguf_free(g);
+    if (id < 0 || at + sizeof value > slice) return false;
+    std::string bytes = read_file(src);
+    memcpy(&bytes[offset + (size_t) e * slice + at], &value, sizeof value);
+    std::ofstream(dst, std::ios::binary).write(bytes.data(), (std::streamsize) bytes.size());
+    return read_file(dst).size() == bytes.size();
+}
+
+TEST(Identity, AWorkerFileDamagedInTheMiddleOfAnExpertIsRefused) {
+    // One weight in the middle of expert 5's up slice of layer 0 (16 KiB into a 64 KiB slice: far from
+    // the first and last 256 bytes that protocol 4's sampled digest read, which let this file pass
+    // and changed the logits with a clean report).
+    const std::string a = model_a();
+    Cluster c{test_dir("identity_damaged"), {}};
+    const std::string damaged = c.dir + "/damaged.gguf";
+    ASSERT_TRUE(copy_with_weight_changed(a, damaged, "blk.0.ffn_up_exps.weight", 5, 8192, 100.0f));
+    ASSERT_TRUE(c.start_worker(damaged, "ipc://" + c.dir + "/w.sock", "4-7"));
+    const std::vector<std::string> run = {bin_path("moezip-run"), "-m", a, "--fixture", "16", "-n", "8", "--quiet"};
+    std::vector<std::string> single = run, dist = run;
+    single.insert(single.end(), {"--json", c.dir + "/single.json"});
+    dist.insert(dist.end(), {"--json", c.dir + "/dist-run.json"});
+    ASSERT_EQ(run_command(single).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n"
+                                                               "[dispatch]\non_worker_error = \"local\"\n" + worker_lines(c, {"4-7"}));
+    CommandResult r = run_preloaded(dist, cfg);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(load_json(c.dir + "/single.json")["logits_xxh3"], load_json(c.dir + "/dist-run.json")["logits_xxh3"]);
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_TRUE(errors_mention(rep, "refused for layer 0: expert 5 weights differ from this host's")) << rep["errors"].dump();
+    // layer 0 was computed here, layer 1 (undamaged) still by the worker
+    ASSERT_EQ(rep["layers"].size(), 2u) << rep["layers"].dump();
+    EXPECT_EQ(rep["layers"][0]["remote_slots"].get<uint64_t>(), 0u) << rep["layers"].dump();
+    EXPECT_GT(rep["layers"][1]["remote_slots"].get<uint64_t>(), 0u) << rep["layers"].dump();
+    // this host read the worker's experts once per plan for the digests (2 layers x 4 experts x 3 slices)
+    const uint64_t slice_bytes = 64 * 64 * sizeof(float);
+    EXPECT_EQ(rep["memory"]["identity_digest_bytes"].get<uint64_t>(), 2 * 4 * 3 * slice_bytes) << rep["memory"].dump();
 }
 
 // ---- B4: a hostile hello, an exception inside the hook -------------------------------------------

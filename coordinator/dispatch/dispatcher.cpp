@@ -4,7 +4,6 @@
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
-#include "provider_map/expert_digest.h"
 
 #include <algorithm>
 #include <climits>
@@ -167,7 +166,7 @@ Status Dispatcher::check_identity(const Worker & w) const {
     return Status::ok();
 }
 
-Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
+Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     const std::string who = "worker " + w.cfg->endpoint + " refused for layer " + std::to_string(r.il) + ": ";
     const nlohmann::json * layer = nullptr;
     auto layers = w.identity.find("layers");
@@ -212,13 +211,22 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) const {
                                 (mine_biases.empty() ? "none" : mine_biases) + ")");
     auto digests = layer->find("digests");
     if (digests == layer->end() || !digests->is_object()) return Status::mismatch(who + "no expert digests");
-    for (int e : assigned_experts(&w - workers_.data(), (int) r.n_expert)) {
-        const std::string theirs = json_str(*digests, std::to_string(e).c_str());
-        if (theirs == "?") return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
-        uint64_t here = expert_identity_digest_of(r.gate_exps, r.up_exps, r.down_exps, r.gate_b, r.up_b, r.down_b, e);
-        if (theirs != hex64(here))
-            return Status::mismatch(who + "expert " + std::to_string(e) + " weights differ from this host's (another model file?)");
+    const std::vector<int> experts = assigned_experts(&w - workers_.data(), (int) r.n_expert);
+    for (int e : experts)
+        if (json_str(*digests, std::to_string(e).c_str()) == "?")
+            return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
+    // experts mode: what this host does not compute is read for the digest, then dropped again
+    std::vector<int> drop_after;
+    if (cfg_.mode == ConfigMode::experts && config_why_experts_resident(cfg_).empty()) {
+        const std::vector<int> owners = expert_owners(cfg_, (int) r.n_expert);
+        for (int e : experts)
+            if (owners[(size_t) e] != -1) drop_after.push_back(e);
     }
+    const std::vector<uint64_t> here = digests_here_.digests(r, experts, drop_after);
+    for (size_t i = 0; i < experts.size(); ++i)
+        if (json_str(*digests, std::to_string(experts[i]).c_str()) != hex64(here[i]))
+            return Status::mismatch(who + "expert " + std::to_string(experts[i]) +
+                                    " weights differ from this host's (another model file, or a changed or damaged copy)");
     return Status::ok();
 }
 
@@ -335,6 +343,7 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
 }
 
 void Dispatcher::forget_plans(const std::vector<uint64_t> & plans) {
+    digests_here_.forget(plans);
     for (Worker & w : workers_)
         for (uint64_t p : plans) {
             w.plans_ok.erase(p);

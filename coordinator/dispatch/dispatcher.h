@@ -21,6 +21,7 @@
 #pragma once
 
 #include "coordinator/config/config.h"
+#include "coordinator/dispatch/expert_digests_here.h"
 #include "coordinator/dispatch/worker_trust.h"
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/transport.h"
@@ -94,6 +95,8 @@ public:
     /// so it accepts only its new slice (a changed slice is a new plan, docs/protocol.md).
     void set_shard_shares(std::vector<double> shares);
     MoeExecutor & executor() { return exec_; }
+    /// This host's content digests of the experts workers compute, and what reading them cost.
+    const ExpertDigestsHere & digests_here() const { return digests_here_; }
     const Config & config() const { return cfg_; }
     const GgmlApi & api() const { return api_; }
 
@@ -136,7 +139,7 @@ private:
     Status check_identity(const Worker & w) const;
     bool kernels_differ(const Worker & w) const;
     void note_inexact(Worker & w);
-    Status check_layer(const Worker & w, const MoeRegion & r) const;
+    Status check_layer(const Worker & w, const MoeRegion & r);
     std::vector<int> assigned_experts(size_t w, int n_expert) const;
 
     const Config & cfg_;
@@ -150,6 +153,7 @@ private:
     MoeExecutor exec_;
     std::vector<double> shard_shares_;
     int pid_ = 0;
+    ExpertDigestsHere digests_here_;  // this host's content digests of the experts workers compute
 };
 
 } // namespace moezip

@@ -19,6 +19,10 @@ nlohmann::json DispatchHandler::workers_json() const {
     return j;
 }
 
+nlohmann::json DispatchHandler::memory_json() const {
+    return {{"identity_digest_bytes", disp_.digests_here().bytes_read()}, {"identity_digest_ms", disp_.digests_here().ms()}};
+}
+
 void DispatchHandler::gather_inputs(const MoeRegion & r) {
     const int64_t n = r.n_tokens, E = r.n_embd;
     region_gather_routing(r, ids_, weights_);

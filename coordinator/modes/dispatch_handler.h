@@ -47,6 +47,9 @@ public:
     nlohmann::json workers_json() const override;
     std::vector<std::string> take_errors() override { return disp_.take_errors(); }
     void forget_plans(const std::vector<uint64_t> & plans) override { disp_.forget_plans(plans); }
+    /// identity_digest_bytes / identity_digest_ms: expert slices read here for the workers'
+    /// content digests (coordinator/dispatch/expert_digests_here.h) and the time it took.
+    nlohmann::json memory_json() const override;
 protected:
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);

@@ -327,9 +327,11 @@ void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
 }
 
 nlohmann::json ExpertsHandler::memory_json() const {
-    nlohmann::json j = {{"release_unowned", cfg_.experts.release_unowned}, {"advised_bytes", advised_bytes_},
-                        {"rss_dropped_bytes", rss_dropped_bytes_},
-                        {"released_parts", released_parts_}};
+    nlohmann::json j = DispatchHandler::memory_json();
+    j["release_unowned"] = cfg_.experts.release_unowned;
+    j["advised_bytes"] = advised_bytes_;
+    j["rss_dropped_bytes"] = rss_dropped_bytes_;
+    j["released_parts"] = released_parts_;
     if (!not_released_.empty()) j["not_released"] = not_released_;
     return j;
 }

@@ -38,9 +38,11 @@ constexpr uint32_t kProtocolMagic = 0x505a454du;  // "MEZP" as little-endian byt
 /// worker computes only what the plan of the connection allows (bad_plan); per-request budgets
 /// (over_budget) and allocation failures (out_of_memory) are error replies. v4: the header grew the
 /// expert FFN's form (ffn_flags, glu_alpha, glu_limit; 152 bytes) so that workers compute gpt-oss
-/// (expert biases, swiglu_oai) and llama4 (routing weight before the FFN) layers. Older peers are
-/// refused by version (read from the first 8 bytes, whatever the header's size).
-constexpr uint16_t kProtocolVersion = 4;
+/// (expert biases, swiglu_oai) and llama4 (routing weight before the FFN) layers. v5: hello_ok's
+/// expert digests cover every byte of each slice (provider_map/expert_digest.h), no longer a sample
+/// of its ends. Older peers are refused by version (read from the first 8 bytes, whatever the
+/// header's size).
+constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDataFrames = 4;
 /// Parts of one message at most: the header and kMaxDataFrames data frames (a ROUTER's identity
 /// frame not counted). Receivers drop the parts beyond it and answer bad_frames.
