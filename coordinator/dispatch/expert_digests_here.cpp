@@ -27,7 +27,8 @@ void read_ahead(const void * p, size_t bytes) {
 std::vector<uint64_t> ExpertDigestsHere::digests(const MoeRegion & r, const std::vector<int> & experts,
                                                  const std::vector<int> & drop_after) {
     std::map<int, uint64_t> & known = by_plan_[r.plan_id];
-    std::vector<int> dropped_now;
+    std::vector<MemoryMapping> maps;  // read once, at the first expert to drop
+    bool can_drop = !drop_after.empty();
     const auto t0 = std::chrono::steady_clock::now();
     for (int e : experts) {
         if (known.count(e)) continue;
@@ -36,15 +37,12 @@ std::vector<uint64_t> ExpertDigestsHere::digests(const MoeRegion & r, const std:
             bytes_read_ += t->nb[2];
         }
         known[e] = expert_identity_digest_of(r.gate_exps, r.up_exps, r.down_exps, r.gate_b, r.up_b, r.down_b, e);
-        if (std::find(drop_after.begin(), drop_after.end(), e) != drop_after.end()) dropped_now.push_back(e);
-    }
-    if (!dropped_now.empty()) {
-        const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+        if (!can_drop || std::find(drop_after.begin(), drop_after.end(), e) == drop_after.end()) continue;
+        // one expert at a time, so that at most one expert's pages are resident here at once
+        if (maps.empty()) maps = memory_mappings_parse(proc_self_maps());
         uint64_t released = 0;
-        for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {
-            Status st = release_expert_slices(t, dropped_now, maps, released);
-            if (!st) break;  // not a read-only file mapping: the weights are resident anyway
-        }
+        for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps})
+            if (!release_expert_slices(t, {e}, maps, released)) can_drop = false;  // anonymous memory: resident anyway
     }
     ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<uint64_t> out;
