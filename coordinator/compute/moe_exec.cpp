@@ -55,6 +55,9 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     if (w.up_exps->ne[0] != n_embd || w.up_exps->ne[1] != n_ff_all || w.down_exps->ne[0] != n_ff_all ||
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
+    if (w.down_slice != nullptr && (!sliced || w.down_slice->type != w.down_exps->type || w.down_slice->ne[0] != w.ff_count ||
+                                    w.down_slice->ne[1] != n_embd || w.down_slice->ne[2] != n_expert))
+        return Status::invalid_argument("the packed down slice does not match the n_ff slice");
     if (sliced) {
         if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
             return Status::unsupported("an n_ff slice of repacked expert weights (their rows are interleaved)");
@@ -82,7 +85,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     if (sliced && gate_w && up_w && down_w) {
         gate_w = slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
         up_w = slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
-        down_w = slice_tensor(api_, ctx, w.down_exps, 0, w.ff_first, w.ff_count);
+        down_w = w.down_slice != nullptr ? external_tensor(api_, ctx, w.down_slice)
+                                         : slice_tensor(api_, ctx, w.down_exps, 0, w.ff_first, w.ff_count);
     }
     if (!gate_w || !up_w || !down_w) {
         api_.ggml_free(ctx);

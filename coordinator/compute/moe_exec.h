@@ -42,6 +42,10 @@ struct ExpertWeights {
     /// The output is then a partial sum over n_ff. ff_count = 0: all of n_ff. Both must be
     /// multiples of down's block size (ggml_blck_size: 32 for q8_0, 256 for K-quants).
     int64_t ff_first = 0, ff_count = 0;
+    /// Shard mode, optional: down's units [ff_first, ff_first + ff_count) packed [ff_count, n_embd,
+    /// n_expert] (DownSliceCopies, coordinator/compute/down_slice.h), read instead of a strided view
+    /// of down_exps: the same blocks, so the same bits, with reads proportional to the slice.
+    const ggml_tensor * down_slice = nullptr;
 };
 
 /// A batch of rows, each with k selected experts (slots).

@@ -22,6 +22,7 @@
 // host's part is used, the worker is untrusted (Dispatcher::record_verify), a fallback is counted.
 #pragma once
 
+#include "coordinator/compute/down_slice.h"
 #include "coordinator/dispatch/dispatcher.h"
 #include "coordinator/modes/expert_balance.h"
 #include "coordinator/modes/region_handler.h"
@@ -117,6 +118,10 @@ public:
 
     /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.
     nlohmann::json balance_json() const override;
+    /// The base's keys and shard_down_copy_bytes: this host's packed copy of its down slice.
+    nlohmann::json memory_json() const override;
+    /// Also drops the packed down slices of those plans.
+    void forget_plans(const std::vector<uint64_t> & plans) override;
 
 private:
     /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices to
@@ -131,6 +136,7 @@ private:
     CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
+    DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;

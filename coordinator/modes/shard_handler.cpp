@@ -20,6 +20,17 @@ ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
 
 } // namespace
 
+void ShardHandler::forget_plans(const std::vector<uint64_t> & plans) {
+    DispatchHandler::forget_plans(plans);
+    for (uint64_t p : plans) down_copies_.forget(p);
+}
+
+nlohmann::json ShardHandler::memory_json() const {
+    nlohmann::json j = DispatchHandler::memory_json();
+    j["shard_down_copy_bytes"] = down_copies_.bytes();
+    return j;
+}
+
 std::string ShardHandler::refuses(const MoeRegion & r) const {
     if (r.gate_b || r.up_b || r.down_b)
         return "shard mode sums partial results over n_ff slices, but these experts have biases (gpt-oss: ADD_ID after "
@@ -72,7 +83,10 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 2. this host's slice, while the workers compute theirs
     const auto t_own = std::chrono::steady_clock::now();
     if (slices[0].count > 0) {
-        Status st = compute_rows_into(r, slice_weights(r, slices[0]), 0, n, parts_[0].data());
+        // this host's own slice reads a packed copy of its down columns (built once per plan and slice)
+        ExpertWeights own = slice_weights(r, slices[0]);
+        own.down_slice = down_copies_.get(r.plan_id, r.down_exps, slices[0].first, slices[0].count);
+        Status st = compute_rows_into(r, own, 0, n, parts_[0].data());
         if (!st) return st;
         c.local_rows += n;
         c.local_slots += n * k;

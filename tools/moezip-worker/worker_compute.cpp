@@ -104,7 +104,10 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         for (size_t i = 0; i < ids_local_.size(); ++i) ids_local_[i] = ids[i] < 0 ? -1 : l->local_of[(size_t) ids[i]];
         ids = ids_local_.data();
     }
-    if (h.n_frames == 4) request_slice_of(frames[3], w.ff_first, w.ff_count);  // shard mode: a partial sum over this slice
+    if (h.n_frames == 4) {  // shard mode: a partial sum over this slice, its down columns read packed
+        request_slice_of(frames[3], w.ff_first, w.ff_count);
+        w.down_slice = down_slices_.get((uint64_t) h.layer, w.down_exps, w.ff_first, w.ff_count);
+    }
     Status st = Status::ok();
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
         SlotBatch b;

@@ -14,6 +14,7 @@
 //             chain in build_moe_ffn, src/llama-graph.cpp); zeros for a row without a valid slot.
 #pragma once
 
+#include "coordinator/compute/down_slice.h"
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
@@ -64,6 +65,7 @@ private:
     const WorkerModel & model_;
     const GgmlApi & api_;
     MoeExecutor exec_;
+    DownSliceCopies down_slices_{api_};               // shard mode: per layer, the planned down columns packed
     RequestShape shape_;
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums
     std::vector<float> pair_hidden_, pair_weights_;   // gathered rows for the (row, slot) pair path

@@ -1,0 +1,52 @@
+// moezip: packed copies of one n_ff slice of the experts' down weights, for shard mode.
+//
+// ffn_down_exps is [n_ff, n_embd, n_expert] (ggml: ne[0] = n_ff is the row): a host's slice
+// [ff_first, ff_first + ff_count) of n_ff is a part of every one of its n_embd rows. Read through a
+// strided view, the memory traffic is nearly that of whole rows (what lies between the parts is
+// fetched too), so a host computing half of n_ff took 91% of the whole layer's time
+// (docs/performance.md, shard1). A copy with the parts packed row after row makes the reads
+// proportional to the slice. It holds the same quantization blocks in the same order, so the
+// kernel's dot products, and the results, are bit-identical to the strided view's.
+//
+// One copy per key (a plan on the coordinator, a layer on a worker): asking for another slice of
+// the same key replaces it. The gate and up slices need no copy: they are whole rows (ne[1]).
+#pragma once
+
+#include "preload/engine_api.h"
+
+#include "ggml.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace moezip {
+
+class DownSliceCopies {
+public:
+    explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
+
+    /// A tensor [ff_count, n_embd, n_expert] of down's type holding units [ff_first, ff_first +
+    /// ff_count) of every row of `down`, packed (dense strides). Made at the first call for `key`
+    /// and this slice and kept until another slice is asked for under `key`, or forget(key).
+    /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
+    /// the slice is not whole blocks inside n_ff (the executor then reports the error).
+    const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
+    /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
+    void forget(uint64_t key) { copies_.erase(key); }
+    /// Bytes held by every copy.
+    uint64_t bytes() const;
+
+private:
+    struct Copy {
+        const void * src = nullptr;    // down->data it was made from
+        int64_t ff_first = 0, ff_count = 0;
+        std::vector<uint8_t> data;
+        ggml_tensor tensor{};
+    };
+    const GgmlApi & api_;
+    std::map<uint64_t, std::unique_ptr<Copy>> copies_;
+};
+
+} // namespace moezip
