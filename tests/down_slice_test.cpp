@@ -34,15 +34,9 @@ std::vector<float> slice_outputs(const ReferenceModel & m, const ggml_tensor * p
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float & x : hidden) x = u(rng);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t) ((i * 5 + i / 2) % 8);
-    SlotBatch b;
-    b.n_rows = rows;
-    b.k = k;
-    b.hidden = hidden.data();
-    b.hidden_stride = (size_t) n_embd * sizeof(float);
-    b.ids = ids.data();
-    b.weights = weights.data();
     MoeExecutor exec(reference_api(), 1);
-    Status st = exec.compute_slots(w, b, out.data());
+    Status st = exec.compute_slots(w, SlotBatch{rows, k, hidden.data(), (size_t) n_embd * sizeof(float), ids.data(), weights.data()},
+                                   out.data());
     EXPECT_TRUE(st) << st.to_string();
     return out;
 }
@@ -92,15 +86,8 @@ TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
     w.down_slice = b;  // 128 wide
     std::vector<float> hidden(256, 0.1f), weights(2, 0.5f), out(256 * 2);
     std::vector<int32_t> ids = {0, 1};
-    SlotBatch batch;
-    batch.n_rows = 1;
-    batch.k = 2;
-    batch.hidden = hidden.data();
-    batch.hidden_stride = 256 * sizeof(float);
-    batch.ids = ids.data();
-    batch.weights = weights.data();
     MoeExecutor exec(reference_api(), 1);
-    Status st = exec.compute_slots(w, batch, out.data());
+    Status st = exec.compute_slots(w, SlotBatch{1, 2, hidden.data(), 256 * sizeof(float), ids.data(), weights.data()}, out.data());
     EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
     EXPECT_NE(st.message().find("packed down slice"), std::string::npos) << st.message();
 }
