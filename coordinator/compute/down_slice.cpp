@@ -1,5 +1,6 @@
 #include "coordinator/compute/down_slice.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace moezip {
@@ -22,10 +23,11 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     c->ff_count = ff_count;
     const size_t part = (size_t) (ff_count / blk) * type_size;  // bytes of one row's slice
     const size_t at = (size_t) (ff_first / blk) * type_size;
-    c->data.resize(part * (size_t) (n_embd * n_expert));
+    c->size = part * (size_t) (n_embd * n_expert);
+    c->data.reset(new uint8_t[c->size]);
     const uint8_t * src = static_cast<const uint8_t *>(down->data);
     for (int64_t r = 0; r < n_embd * n_expert; ++r)  // rows of expert e follow each other: nb[2] = nb[1] * n_embd
-        memcpy(&c->data[(size_t) r * part], src + (size_t) r * row + at, part);
+        memcpy(c->data.get() + (size_t) r * part, src + (size_t) r * row + at, part);
     ggml_tensor & t = c->tensor;
     t.type = down->type;
     t.ne[0] = ff_count;
@@ -36,16 +38,17 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     t.nb[1] = part;
     t.nb[2] = part * (size_t) n_embd;
     t.nb[3] = t.nb[2] * (size_t) n_expert;
-    t.data = c->data.data();
+    t.data = c->data.get();
     memcpy(t.name, down->name, sizeof t.name);
     const ggml_tensor * out = &c->tensor;
     copies_[key] = std::move(c);
+    max_bytes_ = std::max(max_bytes_, bytes());
     return out;
 }
 
 uint64_t DownSliceCopies::bytes() const {
     uint64_t n = 0;
-    for (const auto & kv : copies_) n += kv.second->data.size();
+    for (const auto & kv : copies_) n += kv.second->size;
     return n;
 }
 

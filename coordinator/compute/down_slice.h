@@ -35,18 +35,22 @@ public:
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
     /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
-    /// Bytes held by every copy.
+    /// Bytes held by every copy now, and the most held at once since the start (the report is
+    /// written after the engine freed its model, when every copy is gone).
     uint64_t bytes() const;
+    uint64_t max_bytes() const { return max_bytes_; }
 
 private:
     struct Copy {
         const void * src = nullptr;    // down->data it was made from
         int64_t ff_first = 0, ff_count = 0;
-        std::vector<uint8_t> data;
+        std::unique_ptr<uint8_t[]> data;  // not zeroed first: every byte is copied over
+        size_t size = 0;
         ggml_tensor tensor{};
     };
     const GgmlApi & api_;
     std::map<uint64_t, std::unique_ptr<Copy>> copies_;
+    uint64_t max_bytes_ = 0;
 };
 
 } // namespace moezip

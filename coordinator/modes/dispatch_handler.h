@@ -118,7 +118,8 @@ public:
 
     /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.
     nlohmann::json balance_json() const override;
-    /// The base's keys and shard_down_copy_bytes: this host's packed copy of its down slice.
+    /// The base's keys and shard_down_copy_bytes_max: the most this host held at once in packed
+    /// copies of its down slice.
     nlohmann::json memory_json() const override;
     /// Also drops the packed down slices of those plans.
     void forget_plans(const std::vector<uint64_t> & plans) override;

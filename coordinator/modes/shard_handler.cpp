@@ -27,7 +27,7 @@ void ShardHandler::forget_plans(const std::vector<uint64_t> & plans) {
 
 nlohmann::json ShardHandler::memory_json() const {
     nlohmann::json j = DispatchHandler::memory_json();
-    j["shard_down_copy_bytes"] = down_copies_.bytes();
+    j["shard_down_copy_bytes_max"] = down_copies_.max_bytes();
     return j;
 }
 
