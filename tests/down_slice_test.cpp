@@ -90,4 +90,11 @@ TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
     Status st = exec.compute_slots(w, SlotBatch{1, 2, hidden.data(), 256 * sizeof(float), ids.data(), weights.data()}, out.data());
     EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
     EXPECT_NE(st.message().find("packed down slice"), std::string::npos) << st.message();
+    // the same width at another place of n_ff is refused too
+    const ggml_tensor * first_half = copies.get(4, down, 0, 128);
+    w.ff_first = 128;
+    w.ff_count = 128;
+    w.down_slice = first_half;
+    st = exec.compute_slots(w, SlotBatch{1, 2, hidden.data(), 256 * sizeof(float), ids.data(), weights.data()}, out.data());
+    EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
 }

@@ -17,6 +17,7 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
         down->nb[2] != row * (size_t) n_embd || ff_first < 0 || ff_count <= 0 || ff_first + ff_count > n_ff ||
         ff_first % blk != 0 || ff_count % blk != 0)
         return nullptr;
+    copies_.erase(key);  // the old copy goes before the new one is made: one per key at any time
     auto c = std::make_unique<Copy>();
     c->src = down->data;
     c->ff_first = ff_first;
@@ -40,6 +41,10 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     t.nb[3] = t.nb[2] * (size_t) n_expert;
     t.data = c->data.get();
     memcpy(t.name, down->name, sizeof t.name);
+    // which units it holds, for MoeExecutor to check against the weights' slice (a leaf's op_params
+    // are otherwise unused)
+    t.op_params[0] = (int32_t) ff_first;
+    t.op_params[1] = (int32_t) ff_count;
     const ggml_tensor * out = &c->tensor;
     copies_[key] = std::move(c);
     max_bytes_ = std::max(max_bytes_, bytes());

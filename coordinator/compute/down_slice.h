@@ -28,8 +28,10 @@ public:
     explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
 
     /// A tensor [ff_count, n_embd, n_expert] of down's type holding units [ff_first, ff_first +
-    /// ff_count) of every row of `down`, packed (dense strides). Made at the first call for `key`
-    /// and this slice and kept until another slice is asked for under `key`, or forget(key).
+    /// ff_count) of every row of `down`, packed (dense strides; op_params[0..1] = ff_first and
+    /// ff_count, which MoeExecutor checks against the weights' slice). Made at the first call for
+    /// `key` and this slice and kept until another slice is asked for under `key` (the old copy is
+    /// freed first), or forget(key).
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
     /// the slice is not whole blocks inside n_ff (the executor then reports the error).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);

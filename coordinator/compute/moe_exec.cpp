@@ -56,7 +56,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
     if (w.down_slice != nullptr && (!sliced || w.down_slice->type != w.down_exps->type || w.down_slice->ne[0] != w.ff_count ||
-                                    w.down_slice->ne[1] != n_embd || w.down_slice->ne[2] != n_expert))
+                                    w.down_slice->ne[1] != n_embd || w.down_slice->ne[2] != n_expert ||
+                                    w.down_slice->op_params[0] != (int32_t) w.ff_first || w.down_slice->op_params[1] != (int32_t) w.ff_count))
         return Status::invalid_argument("the packed down slice does not match the n_ff slice");
     if (sliced) {
         if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
