@@ -46,8 +46,7 @@ struct FuzzRun {
 FuzzRun fuzz_run(const std::string & target, const std::string & seeds, int seconds, const std::vector<std::string> & extra) {
     FuzzRun run;
     const std::string bin = build_dir() + "/fuzz/" + target + "_fuzz";
-    struct stat st;
-    if (stat(bin.c_str(), &st) != 0) {
+    if (!file_exists(bin)) {
         ADD_FAILURE() << bin << " is missing: `make` builds it with clang-14 (`make deps` installs clang-14 and libclang-rt-14-dev)";
         return run;
     }

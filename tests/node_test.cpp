@@ -35,8 +35,7 @@ std::string node_missing() {
         return "node is not installed or not on PATH (" + why + "); run `make deps` "
                "(tools/install-deps.sh installs nodejs and npm)";
     }
-    struct stat st;
-    if (stat(node_cli_path().c_str(), &st) != 0)
+    if (!file_exists(node_cli_path()))
         return node_cli_path() + " is missing; run `make deps` (installs node-llama-cpp 3.21.1 into .deps/engine)";
     return "";
 }

@@ -32,11 +32,7 @@ std::string calibration_report(const std::string & dir, const std::string & mode
     return dir + "/calibrate.json";
 }
 
-CommandResult plan(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {bin_path("moezip-plan")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv);
-}
+CommandResult plan(const std::vector<std::string> & args) { return run_tool("moezip-plan", args, 300); }
 
 std::string budget(int experts) { return std::to_string(experts * kExpertBytes); }
 

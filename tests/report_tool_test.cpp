@@ -66,11 +66,7 @@ std::string write(const std::string & dir, const std::string & name, const std::
     return path;
 }
 
-moezip_test::CommandResult report_tool(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {moezip_test::bin_path("moezip-report")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {}, 30);
-}
+moezip_test::CommandResult report_tool(const std::vector<std::string> & args) { return moezip_test::run_tool("moezip-report", args, 30); }
 
 } // namespace
 

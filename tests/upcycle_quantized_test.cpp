@@ -22,11 +22,7 @@ namespace {
 const char * const k_prompts[] = {"Once upon a time", "The little dog", "Tom and Sue went", "She was sad because",
                                   "One day, a big"};
 
-CommandResult upcycle(const std::vector<std::string> & args) {
-    std::vector<std::string> argv = {bin_path("moezip-upcycle")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {}, 120);
-}
+CommandResult upcycle(const std::vector<std::string> & args) { return run_tool("moezip-upcycle", args); }
 
 /// dir/name.gguf from `input` with `args`; "" after a failure recorded in the test.
 std::string write_model(const std::string & input, const std::string & dir, const std::string & name,
