@@ -425,6 +425,51 @@ TEST(Signals, EintrResumesTheWaitForAWorker) {
     for (const auto & w : rep["workers"]) EXPECT_EQ(w["failures"], 0) << w.dump();
 }
 
+namespace {
+void on_test_signal(int) {}
+}
+
+TEST(Signals, OpeningALinkResumesAfterEintr) {
+    // A link is opened at the first MoE call, on the engine's decoding thread; zmq_connect returns
+    // EINTR when a handled signal lands in it. CI once failed the whole run this way ("internal error
+    // while handling the region: Interrupted system call"): opening must simply be done again.
+    struct sigaction sa = {}, old = {};
+    sa.sa_handler = on_test_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART
+    ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    const pthread_t opener = pthread_self();
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> sent{0};
+    std::thread pest([&]() {
+        while (!done) {
+            pthread_kill(opener, SIGUSR1);
+            ++sent;
+            std::this_thread::sleep_for(std::chrono::microseconds(5));
+        }
+    });
+    zmq::context_t ctx(1);
+    const std::string endpoint = "ipc://" + test_dir("eintr_open") + "/nobody.sock";
+    int opened = 0;
+    std::string error;
+    for (int i = 0; i < 3000 && error.empty(); ++i) {
+        try {
+            moezip::WorkerLink link(ctx, endpoint, 100);
+            ++opened;
+        } catch (const std::exception & e) {
+            error = e.what();
+        }
+        // closed sockets are reaped by ZeroMQ's own thread: let it keep up, or the fds run out
+        if (i % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    done = true;
+    pest.join();
+    sigaction(SIGUSR1, &old, nullptr);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(opened, 3000);
+    EXPECT_GT(sent.load(), 1000u);  // the signals really came
+}
+
 // ---- B7: exit while another thread decodes -------------------------------------------------------
 
 TEST(ExitMidDecode, AddsNoCrashAndDoesNotWaitForAStoppedWorker) {

@@ -1,6 +1,7 @@
 #include "coordinator/base/log.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -37,9 +38,11 @@ void log_write(LogLevel level, const char * fmt, ...) {
     size_t len = (size_t) n + (m < 0 ? 0 : (size_t) m);
     if (len > sizeof line - 2) len = sizeof line - 2;
     line[len++] = '\n';
-    // One write(2) per line: lines from several threads or processes do not interleave.
-    ssize_t w = write(STDERR_FILENO, line, len);
-    (void) w;
+    // One write(2) per line: lines from several threads or processes do not interleave. A signal the
+    // host handles without SA_RESTART makes it return EINTR before anything was written: write again,
+    // or an error line would be lost.
+    ssize_t w;
+    do w = write(STDERR_FILENO, line, len); while (w < 0 && errno == EINTR);
 }
 
 } // namespace moezip

@@ -67,7 +67,22 @@ WorkerLink::~WorkerLink() {
     if (sock_) sock_->close();
 }
 
+// zmq_connect first runs the socket's pending commands, and that wait returns EINTR when a signal
+// the host handles (without SA_RESTART) arrives: nothing was connected, so the whole open is done
+// again. Links are opened lazily inside the engine's compute, on whatever thread decodes.
 void WorkerLink::open() {
+    for (;;) {
+        try {
+            open_once();
+            return;
+        } catch (const zmq::error_t & e) {
+            if (e.num() != EINTR) throw;
+        }
+    }
+}
+
+void WorkerLink::open_once() {
+    if (sock_) sock_->close();
     sock_.reset(new zmq::socket_t(ctx_, zmq::socket_type::dealer));
     sock_->set(zmq::sockopt::linger, 0);
     sock_->set(zmq::sockopt::immediate, 1);  // queue only to completed connections

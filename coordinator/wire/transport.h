@@ -104,7 +104,9 @@ public:
     void reset();
 
 private:
+    /// Opens and connects the socket; a signal's EINTR opens it again (see open_once).
     void open();
+    void open_once();
     Status recv_parts(std::vector<zmq::message_t> & parts);
 
     zmq::context_t & ctx_;
