@@ -145,6 +145,31 @@ TEST(WeightRelease, NeverTouchesAnonymousOrWritableMemory) {
     EXPECT_EQ(released, 0u);
 }
 
+TEST(WeightRelease, NeverTouchesAPrivateMappingWhosePagesWereChanged) {
+    // An engine may map a file privately, change some pages (copy on write) and make the mapping
+    // read-only. Dropping those pages would bring back the file's bytes, not the engine's.
+    const std::string dir = moezip_test::test_dir("weight_release_private");
+    const size_t slice = 4 * kPage;
+    MappedExperts m(dir, slice, 4);  // writes the file
+    const int fd = open(m.path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void * p = mmap(nullptr, m.bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    static_cast<uint8_t *>(p)[2 * slice + 5] ^= 0xff;  // expert 2 now differs from the file
+    ASSERT_EQ(mprotect(p, m.bytes.size(), PROT_READ), 0);
+    std::vector<uint8_t> engine_bytes(static_cast<uint8_t *>(p), static_cast<uint8_t *>(p) + m.bytes.size());
+    ggml_tensor t = m.t;
+    t.data = p;
+    uint64_t released = 0;
+    Status st = release_expert_slices(&t, {2, 3}, maps_now(), released);
+    EXPECT_EQ(st.code(), Status::Code::unsupported);
+    EXPECT_NE(st.message().find("private"), std::string::npos) << st.message();
+    EXPECT_EQ(released, 0u);
+    EXPECT_EQ(memcmp(p, engine_bytes.data(), engine_bytes.size()), 0) << "the changed page was kept";
+    munmap(p, m.bytes.size());
+}
+
 TEST(WeightRelease, RejectsAnExpertOutsideTheTensor) {
     const std::string dir = moezip_test::test_dir("weight_release_range");
     MappedExperts m(dir, kPage, 4);

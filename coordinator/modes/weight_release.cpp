@@ -45,6 +45,10 @@ Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void
             return Status::unsupported("the weights are in anonymous memory (" + (it->path.empty() ? std::string("no file") : it->path) +
                                        "; the engine ran with --no-mmap?): releasing would discard the only copy");
         if (it->writable) return Status::unsupported("the weights' mapping of " + it->path + " is writable: releasing could lose changes");
+        // A private mapping may hold copied-on-write pages that differ from the file (written before
+        // an mprotect to read-only): dropped, they would come back as the file's bytes.
+        if (!it->shared)
+            return Status::unsupported("the weights' mapping of " + it->path + " is private: its pages may differ from the file");
         if (!file.empty() && file != it->path) return Status::unsupported("the weights span two files");
         file = it->path;
         at = it->end;

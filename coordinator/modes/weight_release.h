@@ -9,8 +9,8 @@
 // check), so on_worker_error = "local" stays correct. The pages stay in the page cache as clean,
 // reclaimable memory until the kernel needs it.
 //
-// Memory that is not a read-only file mapping (--no-mmap reads the weights into anonymous memory;
-// a writable or private copy) is never released: MADV_DONTNEED would discard the only copy.
+// Memory that is not a read-only shared file mapping (--no-mmap reads the weights into anonymous
+// memory; a writable or private copy) is never released: MADV_DONTNEED would discard the only copy.
 #pragma once
 
 #include "coordinator/base/status.h"
@@ -33,9 +33,9 @@ struct MemoryMapping {
 /// Parses the text of /proc/<pid>/maps (proc(5)). Lines that do not parse are skipped.
 std::vector<MemoryMapping> memory_mappings_parse(const std::string & maps_text);
 
-/// Checks that [p, p + bytes) lies wholly in read-only mappings of one regular file, so pages
+/// Checks that [p, p + bytes) lies wholly in read-only shared mappings of one regular file, so pages
 /// dropped there come back unchanged from the file. On success `file` names the file.
-/// Errors: unsupported naming why (anonymous memory, writable mapping, not mapped, two files).
+/// Errors: unsupported naming why (anonymous memory, writable or private mapping, not mapped, two files).
 Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void * p, size_t bytes, std::string & file);
 
 /// Drops this process's pages of the slices of `experts` of an expert tensor [.., .., n_expert]
