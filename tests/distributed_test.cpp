@@ -305,3 +305,33 @@ TEST(Distributed, ShardPartialSumsAreCloseAndDeterministicUnderFailure) {
 
 } // namespace
 
+
+namespace {
+
+// A fixed share smaller than one quantization block of n_ff leaves a host without a slice: the run
+// is still right (the other hosts cover all of n_ff), but the report and the log say so and why,
+// since the user asked that host to compute.
+TEST(Distributed, AShardShareTooSmallForOneBlockIsNamedWithItsReason) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});  // n_ff 64: 2 blocks of 32
+    Cluster c{test_dir("distributed_shard_no_slice"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", ""));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    const std::string body = "mode = \"shard\"\n[shard]\nlocal_share = 0.75\n[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() +
+                             "\"\nshare = 0.25\n";
+    CommandResult r = run_host(c.dir, "small_share", model, body, kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("worker " + c.workers[0]->endpoint() + " gets no n_ff slice in layer 0"), std::string::npos) << r.err;
+    const json rep = load_json(c.dir + "/small_share.json");
+    ASSERT_TRUE(rep.contains("balance")) << rep.dump();
+    const json & none = rep["balance"]["no_slice"];
+    ASSERT_EQ(none.size(), 1u) << rep["balance"].dump();
+    EXPECT_EQ(none[0]["host"], c.workers[0]->endpoint());
+    EXPECT_EQ(none[0]["share"], 0.25);
+    EXPECT_EQ(none[0]["layers"], json::array({0, 1}));
+    EXPECT_EQ(none[0]["reason"], "share 0.25 of n_ff 64 is less than one block of 32 units (q8_0) after rounding");
+    EXPECT_EQ(rep["workers"][0].value("rows", 0), 0) << rep["workers"].dump();  // never asked: no traffic at all
+    EXPECT_EQ(load_json(c.dir + "/small_share-run.json")["tokens"], load_json(c.dir + "/single-run.json")["tokens"]);
+}
+
+} // namespace

@@ -239,7 +239,14 @@ nlohmann::json RowsHandler::balance_json() const {
 }
 
 nlohmann::json ShardHandler::balance_json() const {
-    if (!cfg_.shard.auto_share) return nullptr;
+    if (!cfg_.shard.auto_share) {
+        if (no_slice_.empty()) return nullptr;
+        const std::vector<std::string> names = host_names(cfg_);
+        nlohmann::json none = nlohmann::json::array();
+        for (const auto & [host, ns] : no_slice_)
+            none.push_back({{"host", names[host]}, {"share", disp_.shard_shares()[host]}, {"layers", ns.layers}, {"reason", ns.reason}});
+        return {{"mode", "shard"}, {"shares", disp_.shard_shares()}, {"no_slice", none}};
+    }
     nlohmann::json j = share_bal_.to_json(host_names(cfg_), "row x n_ff block");
     j["mode"] = "shard";
     j["slice_changes"] = slice_changes_;

@@ -30,6 +30,7 @@
 #include "coordinator/modes/split.h"
 
 #include <array>
+#include <map>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -116,7 +117,9 @@ public:
     /// Expert biases (gpt-oss): the down bias belongs to the whole sum, not to each slice's part.
     std::string refuses(const MoeRegion & r) const override;
 
-    /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer); null otherwise.
+    /// local_share = "auto": the measured speeds and the slices over time (ShareBalancer). With fixed
+    /// shares: {"mode", "shares", "no_slice": [{"host", "share", "layers", "reason"}]} when a host's
+    /// share was too small for one block of n_ff in some layer (it computed nothing there); else null.
     nlohmann::json balance_json() const override;
     /// The base's keys and shard_down_copy_bytes_max: the most this host held at once in packed
     /// copies of its down slice.
@@ -131,6 +134,9 @@ private:
     /// their expected time over the recent mix of calls (ShareBalancer::best_for_mix). A host left
     /// without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
     void adjust_slices(int64_t n_blocks, int64_t n_rows);
+    /// Fixed shares: counts, and warns once per host, a layer where a host's share > 0 gave it no
+    /// block of n_ff (split_ff rounds to whole blocks of the down weights' type).
+    void note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices);
     static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
     static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
     static constexpr uint64_t kShardProbeAdjustments = 4;  // adjustments a host may stay without a slice
@@ -141,6 +147,11 @@ private:
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;
+    struct NoSlice {
+        std::set<int> layers;
+        std::string reason;  // the first layer's: share, n_ff, block
+    };
+    std::map<size_t, NoSlice> no_slice_;  // per host (0 = here, 1 + w = worker w)
 };
 
 class ExpertsHandler : public DispatchHandler {

@@ -1,9 +1,11 @@
 #include "coordinator/modes/dispatch_handler.h"
 #include "coordinator/modes/worker_overhead.h"
 
+#include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace moezip {
@@ -31,6 +33,23 @@ nlohmann::json ShardHandler::memory_json() const {
     return j;
 }
 
+void ShardHandler::note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices) {
+    const std::vector<double> & shares = disp_.shard_shares();
+    for (size_t i = 0; i < slices.size() && i < shares.size(); ++i) {
+        if (slices[i].count > 0 || shares[i] <= 0) continue;
+        NoSlice & ns = no_slice_[i];
+        if (!ns.layers.insert(r.il).second) continue;
+        if (!ns.reason.empty()) continue;
+        char text[256];
+        snprintf(text, sizeof text, "share %.3g of n_ff %lld is less than one block of %lld units (%s) after rounding", shares[i],
+                 (long long) r.n_ff, (long long) block, disp_.api().ggml_type_name(r.down_exps->type));
+        ns.reason = text;
+        const std::string who = i == 0 ? std::string("this host") : "worker " + cfg_.workers[i - 1].endpoint;
+        LOG_WARN("shard: %s gets no n_ff slice in layer %d: %s; it computes nothing there (docs/config.md, [shard])", who.c_str(),
+                 r.il, ns.reason.c_str());
+    }
+}
+
 std::string ShardHandler::refuses(const MoeRegion & r) const {
     if (r.gate_b || r.up_b || r.down_b)
         return "shard mode sums partial results over n_ff slices, but these experts have biases (gpt-oss: ADD_ID after "
@@ -50,6 +69,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
     if (cfg_.shard.auto_share) adjust_slices(r.n_ff / block, n);
     const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares());
+    if (!cfg_.shard.auto_share) note_empty_slices(r, block, slices);
     if (cfg_.shard.auto_share) {
         std::vector<int64_t> blocks_per_host;
         for (const RowBlock & s : slices) blocks_per_host.push_back(s.count / block);
