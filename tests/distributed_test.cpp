@@ -300,6 +300,9 @@ TEST(Distributed, ShardPartialSumsAreCloseAndDeterministicUnderFailure) {
     ASSERT_EQ(k.exit_code, 0) << k.err;
     json kr = load_json(c.dir + "/shard_killed.json");
     EXPECT_GT(kr["workers"][1]["fallbacks"].get<int>(), 0) << kr["workers"].dump();
+    // the first calls were served by every worker, so this host had dropped what its slice does not
+    // read (shard.release_unowned): the fallbacks read the dead worker's slice back from the file
+    EXPECT_GT(kr["memory"]["advised_bytes"].get<uint64_t>(), 0u) << kr["memory"].dump();
     expect_same_logits(c.dir, "shard", "shard_killed");
 }
 
@@ -332,6 +335,42 @@ TEST(Distributed, AShardShareTooSmallForOneBlockIsNamedWithItsReason) {
     EXPECT_EQ(none[0]["reason"], "share 0.25 of n_ff 64 is less than one block of 32 units (q8_0) after rounding");
     EXPECT_EQ(rep["workers"][0].value("rows", 0), 0) << rep["workers"].dump();  // never asked: no traffic at all
     EXPECT_EQ(load_json(c.dir + "/small_share-run.json")["tokens"], load_json(c.dir + "/single-run.json")["tokens"]);
+}
+
+} // namespace
+
+namespace {
+
+// Shard mode pools memory too: this host keeps only the gate/up rows of its own n_ff slice and its
+// packed down copy; the rest of the mapped experts leaves its resident set, and the results do not
+// change (the same bits as with everything resident).
+TEST(Distributed, ShardDropsWhatItsSliceNeverReadsAndComputesTheSameBits) {
+    std::string model = fixture_model({"--preset", "small", "--type", "q8_0"});  // n_embd 256, n_ff 256, 8 experts, 2 layers
+    Cluster c{test_dir("distributed_shard_release"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", ""));
+    auto body = [&](const std::string & extra) {
+        return "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = 0.5\n" + extra + "[[worker]]\nendpoint = \"" +
+               c.workers[0]->endpoint() + "\"\nshare = 0.5\n";
+    };
+    CommandResult kept = run_host(c.dir, "kept", model, body("release_unowned = false\n"), kPrompt128);
+    ASSERT_EQ(kept.exit_code, 0) << kept.err;
+    CommandResult r = run_host(c.dir, "released", model, body(""), kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "kept", "released");
+    const json km = load_json(c.dir + "/kept.json")["memory"];
+    EXPECT_EQ(km["advised_bytes"], 0) << km.dump();
+    EXPECT_EQ(km["not_released"], "shard.release_unowned = false") << km.dump();
+    const json m = load_json(c.dir + "/released.json")["memory"];
+    EXPECT_FALSE(m.contains("not_released")) << m.dump();
+    EXPECT_EQ(m["released_parts"], 2) << "one per layer: the slices never changed";
+    // per layer and tensor: 8 experts x 256 rows x 256 units of q8_0 (34 bytes per 32) = 8 x 69632 bytes.
+    // Dropped: the other half of gate's and up's rows of every expert (34816 bytes each, of which the
+    // whole pages: at least 34816 - 2 x 4096), and all of down but the pages at its two ends.
+    const uint64_t page = 4096, expert = 69632, tensor = 8 * expert, half = expert / 2;
+    const uint64_t least = 2 * (2 * 8 * (half - 2 * page) + tensor - 2 * page), most = 2 * (2 * 8 * half + tensor);
+    EXPECT_GE(m["advised_bytes"].get<uint64_t>(), least) << m.dump();
+    EXPECT_LE(m["advised_bytes"].get<uint64_t>(), most) << m.dump();
+    EXPECT_GT(m["rss_dropped_bytes"].get<uint64_t>(), 0u) << m.dump();
 }
 
 } // namespace

@@ -170,6 +170,35 @@ TEST(WeightRelease, NeverTouchesAPrivateMappingWhosePagesWereChanged) {
     munmap(p, m.bytes.size());
 }
 
+TEST(WeightRelease, RowsOutsideASliceAreEveryExpertsOtherRowsJoinedAcrossExperts) {
+    // gate/up [n_embd, n_ff, n_expert]: 3 experts of 8 rows of 100 bytes; the slice is rows 2..4
+    ggml_tensor t{};
+    t.ne[0] = 100; t.ne[1] = 8; t.ne[2] = 3; t.ne[3] = 1;
+    t.nb[0] = 1; t.nb[1] = 100; t.nb[2] = 800; t.nb[3] = 2400;
+    const ByteRanges got = rows_outside_slice(&t, 2, 3);
+    // expert 0: [0, 200) and [500, 800); expert 1's rows 0-1 [800, 1000) touch expert 0's tail
+    const ByteRanges want = {{0, 200}, {500, 1000}, {1300, 1800}, {2100, 2400}};
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(rows_outside_slice(&t, 0, 8), ByteRanges{}) << "the whole n_ff: nothing outside";
+    EXPECT_EQ(rows_outside_slice(&t, 0, 0), (ByteRanges{{0, 800}, {800, 1600}, {1600, 2400}})) << "no slice: everything";
+}
+
+TEST(WeightRelease, TouchingRangesAreMergedBeforeWholePagesAreDropped) {
+    const std::string dir = moezip_test::test_dir("weight_release_ranges");
+    const size_t slice = 4 * kPage;
+    MappedExperts m(dir, slice, 4);
+    ASSERT_NE(m.map, MAP_FAILED);
+    uint64_t released = 0;
+    // pages [1.5, 2.5) hold no whole page and [2.5, 4.5) one (page 3); merged, [1.5, 4.5) holds pages 2 and 3
+    Status st = release_tensor_ranges(&m.t, {{kPage * 5 / 2, kPage * 9 / 2}, {kPage * 3 / 2, kPage * 5 / 2}}, maps_now(), released);
+    ASSERT_TRUE(st) << st.to_string();
+    EXPECT_EQ(released, (uint64_t) 2 * kPage);
+    EXPECT_EQ(mapping_rss_bytes(m.map), (int64_t) (m.bytes.size() - 2 * kPage));
+    EXPECT_TRUE(m.unchanged());
+    st = release_tensor_ranges(&m.t, {{0, 4 * slice + 1}}, maps_now(), released);
+    EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
+}
+
 TEST(WeightRelease, RejectsAnExpertOutsideTheTensor) {
     const std::string dir = moezip_test::test_dir("weight_release_range");
     MappedExperts m(dir, kPage, 4);

@@ -294,9 +294,10 @@ struct Reader {
             read_bool(*t, "experts", "replicas", cfg.experts.replicas);
         }
         if (const toml::table * t = section(root, "shard")) {
-            check_known(*t, "shard", {"local_share", "shadow_every"});
+            check_known(*t, "shard", {"local_share", "shadow_every", "release_unowned"});
             read_share(*t, "shard", "local_share", cfg.shard.local_share, cfg.shard.auto_share);
             read_int(*t, "shard", "shadow_every", 0, 1000000000, cfg.shard.shadow_every);
+            read_bool(*t, "shard", "release_unowned", cfg.shard.release_unowned);
         }
         if (const toml::table * t = section(root, "dispatch")) {
             check_known(*t, "dispatch", {"timeout_ms", "on_worker_error", "connect_timeout_ms", "verify_every", "verify_max_abs",

@@ -68,6 +68,10 @@ struct ShardConfig {
     /// local_share = "auto": the n_ff slices follow the hosts' measured speeds (set after the first
     /// calls, changed when the speeds drift; each change is a new plan said in hello); default false
     bool auto_share = false;
+    /// Drop this host's resident pages of what its slice never reads (the other hosts' gate/up rows;
+    /// all of down once its packed copy is made), after the first call every worker served for that
+    /// slice (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
+    bool release_unowned = true;
 };
 
 /// [dispatch]: defaults for every worker.
@@ -193,6 +197,9 @@ std::string config_trace_path(const Config & cfg, int pid);
 /// Why this host keeps the workers' experts resident: "" when it does not (mode "experts" with
 /// workers, experts.release_unowned, no shadow checks), else the reason for the report.
 std::string config_why_experts_resident(const Config & cfg);
+/// Shard mode's counterpart: "" when this host drops what its n_ff slice does not read (mode
+/// "shard" with workers, shard.release_unowned, no shadow checks), else the reason for the report.
+std::string config_why_shard_resident(const Config & cfg);
 
 /// Names of the enums as written in the file ("observe", "passthrough", ...).
 const char * config_mode_name(ConfigMode m);

@@ -100,6 +100,7 @@ void describe_sections(const Config & c, Lines & l) {
     if (c.shard.auto_share) l.add_str("shard.local_share", "auto");
     else l.add_num("shard.local_share", c.shard.local_share);
     l.add("shard.shadow_every", c.shard.shadow_every);
+    l.add("shard.release_unowned", c.shard.release_unowned);
     l.add("dispatch.timeout_ms", c.dispatch.timeout_ms);
     l.add_str("dispatch.on_worker_error", config_worker_error_name(c.dispatch.on_worker_error));
     l.add("dispatch.connect_timeout_ms", c.dispatch.connect_timeout_ms);
@@ -173,6 +174,14 @@ std::string config_why_experts_resident(const Config & cfg) {
     if (cfg.workers.empty()) return "no [[worker]]";
     if (!cfg.experts.release_unowned) return "experts.release_unowned = false";
     if (cfg.experts.shadow_every > 0) return "experts.shadow_every > 0: shadow checks compute every expert here";
+    return "";
+}
+
+std::string config_why_shard_resident(const Config & cfg) {
+    if (cfg.mode != ConfigMode::shard) return "mode is not \"shard\"";
+    if (cfg.workers.empty()) return "no [[worker]]";
+    if (!cfg.shard.release_unowned) return "shard.release_unowned = false";
+    if (cfg.shard.shadow_every > 0) return "shard.shadow_every > 0: shadow checks compute every slice here";
     return "";
 }
 

@@ -121,8 +121,9 @@ public:
     /// shares: {"mode", "shares", "no_slice": [{"host", "share", "layers", "reason"}]} when a host's
     /// share was too small for one block of n_ff in some layer (it computed nothing there); else null.
     nlohmann::json balance_json() const override;
-    /// The base's keys and shard_down_copy_bytes_max: the most this host held at once in packed
-    /// copies of its down slice.
+    /// The base's keys, shard_down_copy_bytes_max (the most this host held at once in packed copies
+    /// of its down slice) and, as experts mode's, release_unowned, advised_bytes, rss_dropped_bytes,
+    /// released_parts (plan x slice) and not_released (why nothing was dropped).
     nlohmann::json memory_json() const override;
     /// Also drops the packed down slices of those plans.
     void forget_plans(const std::vector<uint64_t> & plans) override;
@@ -137,6 +138,10 @@ private:
     /// Fixed shares: counts, and warns once per host, a layer where a host's share > 0 gave it no
     /// block of n_ff (split_ff rounds to whole blocks of the down weights' type).
     void note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices);
+    /// Once per (plan, slice), after a call every worker served: drops this host's pages of what
+    /// slice `own` never reads (weight_release.h). A fallback, a verification or a new slice reads
+    /// them back from the file.
+    void release_unowned(const MoeRegion & r, const RowBlock & own, bool down_packed);
     static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
     static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
     static constexpr uint64_t kShardProbeAdjustments = 4;  // adjustments a host may stay without a slice
@@ -152,6 +157,9 @@ private:
         std::string reason;  // the first layer's: share, n_ff, block
     };
     std::map<size_t, NoSlice> no_slice_;  // per host (0 = here, 1 + w = worker w)
+    std::set<std::array<int64_t, 3>> released_;  // (plan, ff_first, ff_count) whose pages were dropped
+    uint64_t advised_bytes_ = 0, rss_dropped_bytes_ = 0, released_parts_ = 0;
+    std::string not_released_;
 };
 
 class ExpertsHandler : public DispatchHandler {

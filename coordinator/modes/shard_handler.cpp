@@ -1,4 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
+#include "coordinator/modes/weight_release.h"
 #include "coordinator/modes/worker_overhead.h"
 
 #include "coordinator/base/log.h"
@@ -24,13 +25,48 @@ ExpertWeights slice_weights(const MoeRegion & r, const RowBlock & slice) {
 
 void ShardHandler::forget_plans(const std::vector<uint64_t> & plans) {
     DispatchHandler::forget_plans(plans);
-    for (uint64_t p : plans) down_copies_.forget(p);
+    for (uint64_t p : plans) {
+        down_copies_.forget(p);
+        for (auto it = released_.begin(); it != released_.end();) it = (*it)[0] == (int64_t) p ? released_.erase(it) : std::next(it);
+    }
 }
 
 nlohmann::json ShardHandler::memory_json() const {
     nlohmann::json j = DispatchHandler::memory_json();
     j["shard_down_copy_bytes_max"] = down_copies_.max_bytes();
+    j["release_unowned"] = cfg_.shard.release_unowned;
+    j["advised_bytes"] = advised_bytes_;
+    j["rss_dropped_bytes"] = rss_dropped_bytes_;
+    j["released_parts"] = released_parts_;
+    if (!not_released_.empty()) j["not_released"] = not_released_;
     return j;
+}
+
+void ShardHandler::release_unowned(const MoeRegion & r, const RowBlock & own, bool down_packed) {
+    if (!released_.insert({(int64_t) r.plan_id, own.first, own.count}).second) return;
+    if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
+    not_released_ = config_why_shard_resident(cfg_);
+    if (!not_released_.empty()) {
+        LOG_INFO("keeping every expert's whole n_ff resident here: %s", not_released_.c_str());
+        return;
+    }
+    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    const int64_t rss_before = proc_status_kib("VmRSS");
+    std::vector<std::pair<const ggml_tensor *, ByteRanges>> drop = {{r.gate_exps, rows_outside_slice(r.gate_exps, own.first, own.count)},
+                                                                    {r.up_exps, rows_outside_slice(r.up_exps, own.first, own.count)}};
+    // down [n_ff, n_embd, n_expert]: this host reads its packed copy only (or nothing, without a slice)
+    if (down_packed || own.count == 0) drop.push_back({r.down_exps, {{0, (uint64_t) r.down_exps->nb[2] * (uint64_t) r.down_exps->ne[2]}}});
+    for (const auto & [t, ranges] : drop) {
+        Status st = release_tensor_ranges(t, ranges, maps, advised_bytes_);
+        if (!st) {
+            not_released_ = st.message();
+            LOG_INFO("keeping every expert's whole n_ff resident here: %s", st.message().c_str());
+            return;
+        }
+    }
+    ++released_parts_;
+    const int64_t rss_after = proc_status_kib("VmRSS");
+    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
 }
 
 void ShardHandler::note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices) {
@@ -79,6 +115,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     ff_frames_.resize(disp_.n_workers());
     // a shadow call verifies every worker's slice before it measures the whole region
     const bool shadow_call = cfg_.shard.shadow_every > 0 && ++calls_ % (uint64_t) cfg_.shard.shadow_every == 0;
+    const uint64_t fallbacks_before = c.fallbacks;
     for (auto & p : parts_) p.resize((size_t) (E * n));
 
     // 1. every worker with a slice gets every row, and its slice as a fourth frame
@@ -102,10 +139,12 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     if (!pending.empty()) disp_.let_io_thread_send();
     // 2. this host's slice, while the workers compute theirs
     const auto t_own = std::chrono::steady_clock::now();
+    bool down_packed = false;
     if (slices[0].count > 0) {
         // this host's own slice reads a packed copy of its down columns (built once per plan and slice)
         ExpertWeights own = slice_weights(r, slices[0]);
         own.down_slice = down_copies_.get(r.plan_id, r.down_exps, slices[0].first, slices[0].count);
+        down_packed = own.down_slice != nullptr;
         Status st = compute_rows_into(r, own, 0, n, parts_[0].data());
         if (!st) return st;
         c.local_rows += n;
@@ -155,6 +194,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.fallbacks += 1;
         c.local_slots += n * k;
     }
+    // every worker served its slice: what this host's slice never reads can leave its memory
+    if (c.fallbacks == fallbacks_before && !pending.empty()) release_unowned(r, slices[0], down_packed);
     // 5. reduce in slice order, whoever computed each slice: the result does not depend on failures
     TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);

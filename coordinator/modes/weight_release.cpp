@@ -56,25 +56,25 @@ Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void
     return Status::ok();
 }
 
-Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
-                             uint64_t & released) {
-    if (experts.empty()) return Status::ok();
-    const int64_t n_expert = t->ne[2];
-    const size_t slice = t->nb[2];
-    for (int e : experts)
-        if (e < 0 || e >= n_expert) return Status::invalid_argument("expert " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
+Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std::vector<MemoryMapping> & maps, uint64_t & released) {
+    if (ranges.empty()) return Status::ok();
+    const uint64_t total = (uint64_t) t->nb[2] * (uint64_t) t->ne[2];  // every expert: checked whole, whatever is released
+    for (const auto & r : ranges)
+        if (r.first > r.second || r.second > total)
+            return Status::invalid_argument(std::string(t->name) + ": bytes [" + std::to_string(r.first) + ", " + std::to_string(r.second) +
+                                            ") outside the tensor's " + std::to_string(total));
     std::string file;
-    Status st = file_backed_read_only(maps, t->data, slice * (size_t) n_expert, file);
+    Status st = file_backed_read_only(maps, t->data, (size_t) total, file);
     if (!st) return Status::unsupported(std::string(t->name) + ": " + st.message());
-    std::sort(experts.begin(), experts.end());
-    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+    std::sort(ranges.begin(), ranges.end());
     const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
     const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
-    for (size_t i = 0; i < experts.size();) {
+    for (size_t i = 0; i < ranges.size();) {
+        uint64_t first = ranges[i].first, last = ranges[i].second;
         size_t j = i + 1;
-        while (j < experts.size() && experts[j] == experts[j - 1] + 1) ++j;  // a run of neighbouring experts
-        uintptr_t b = base + (uintptr_t) experts[i] * slice, e = base + (uintptr_t) (experts[j - 1] + 1) * slice;
-        b = (b + page - 1) / page * page;  // whole pages inside the run only
+        while (j < ranges.size() && ranges[j].first <= last) last = std::max(last, ranges[j++].second);  // neighbours merge
+        uintptr_t b = base + (uintptr_t) first, e = base + (uintptr_t) last;
+        b = (b + page - 1) / page * page;  // whole pages inside the merged range only
         e = e / page * page;
         if (e > b) {
             if (madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED) != 0)
@@ -85,6 +85,34 @@ Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, co
         i = j;
     }
     return Status::ok();
+}
+
+ByteRanges rows_outside_slice(const ggml_tensor * t, int64_t ff_first, int64_t ff_count) {
+    ByteRanges out;
+    const uint64_t row = (uint64_t) t->nb[1], slice = (uint64_t) t->nb[2];
+    const uint64_t keep_b = (uint64_t) ff_first * row, keep_e = (uint64_t) (ff_first + ff_count) * row;
+    for (int64_t e = 0; e < t->ne[2]; ++e) {
+        const uint64_t at = (uint64_t) e * slice;
+        if (keep_b > 0) {
+            if (!out.empty() && out.back().second == at) out.back().second = at + keep_b;  // joins the previous expert's tail
+            else out.push_back({at, at + keep_b});
+        }
+        if (keep_e < slice) out.push_back({at + keep_e, at + slice});
+    }
+    return out;
+}
+
+Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
+                             uint64_t & released) {
+    if (experts.empty()) return Status::ok();
+    const int64_t n_expert = t->ne[2];
+    const uint64_t slice = (uint64_t) t->nb[2];
+    ByteRanges ranges;
+    for (int e : experts) {
+        if (e < 0 || e >= n_expert) return Status::invalid_argument("expert " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
+        ranges.push_back({(uint64_t) e * slice, (uint64_t) (e + 1) * slice});
+    }
+    return release_tensor_ranges(t, ranges, maps, released);
 }
 
 ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorBytes> & tensors, const std::vector<int> & owners,

@@ -38,6 +38,21 @@ std::vector<MemoryMapping> memory_mappings_parse(const std::string & maps_text);
 /// Errors: unsupported naming why (anonymous memory, writable or private mapping, not mapped, two files).
 Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void * p, size_t bytes, std::string & file);
 
+/// Byte ranges [first, second): of a model file, or of a tensor's data.
+using ByteRanges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+/// Drops this process's pages of byte ranges of an expert tensor's data [.., .., n_expert]
+/// (offsets from t->data, in any order; touching ranges are merged first); only whole pages inside
+/// a merged range are dropped. Adds the bytes dropped to `released`. The tensor's whole
+/// nb[2] x n_expert bytes must be a read-only shared file mapping, else nothing is dropped.
+/// Errors as release_expert_slices; invalid_argument for a range past those bytes.
+Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std::vector<MemoryMapping> & maps, uint64_t & released);
+
+/// Shard mode: the bytes of an expert tensor [n_embd, n_ff, n_expert] (gate, up: one row per n_ff
+/// unit, ggml.h) outside rows [ff_first, ff_first + ff_count) of every expert: what a host whose n_ff
+/// slice is that never reads. Offsets from t->data, in order; neighbouring experts' parts are joined.
+ByteRanges rows_outside_slice(const ggml_tensor * t, int64_t ff_first, int64_t ff_count);
+
 /// Drops this process's pages of the slices of `experts` of an expert tensor [.., .., n_expert]
 /// in GGUF layout (slice e = bytes [e*nb[2], (e+1)*nb[2]) from data; ggml.h). Neighbouring experts
 /// are merged into one range; only whole pages inside a range are dropped (a page shared with a
@@ -48,8 +63,6 @@ Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void
 Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
                              uint64_t & released);
 
-/// Byte ranges [first, second) of a model file.
-using ByteRanges = std::vector<std::pair<uint64_t, uint64_t>>;
 
 /// What to make resident of a model file mapped from offset 0 when workers own some experts.
 struct ModelMapPlan {
