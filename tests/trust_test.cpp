@@ -190,6 +190,48 @@ TEST_P(WorkerReplaced, ANewInstanceIsVerifiedAgainBeforeItComputes) {
 INSTANTIATE_TEST_SUITE_P(Restarts, WorkerReplaced, ::testing::Values(Replacement{"same_model", true}, Replacement{"other_model", false}),
                          [](const ::testing::TestParamInfo<Replacement> & i) { return std::string(i.param.name); });
 
+TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
+    // A refusal belongs to the process that was refused: A, then B with another model (refused by
+    // content), then A again at the same endpoint. Found by a breaker: the last worker was never
+    // contacted again, for the rest of the run.
+    const std::string a = model_a();
+    Cluster c{test_dir("replaced_after_refusal"), {}};
+    const std::string endpoint = "ipc://" + c.dir + "/w.sock";
+    ASSERT_TRUE(c.start_worker(a, endpoint, ""));
+    const std::string pause = c.dir + "/pause";
+    std::ofstream(c.dir + "/plain-pause.go") << "go\n";
+    std::ofstream(c.dir + "/plain-pause-2.go") << "go\n";
+    ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause", "--pauses", "2"})).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
+    CommandResult host;
+    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause, "--pauses", "2"}), cfg); });
+    auto wait_for = [](const std::string & f) {
+        for (int i = 0; i < 6000 && !std::ifstream(f); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    };
+    wait_for(pause + ".ready");
+    c.workers[0]->stop(SIGKILL, 2000);
+    const bool b_started = c.start_worker(model_b(), endpoint, "");
+    std::ofstream(pause + ".go") << "go\n";
+    wait_for(pause + "-2.ready");
+    c.workers[1]->stop(SIGKILL, 2000);
+    const bool a_again = c.start_worker(a, endpoint, "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // past the first refusal back-off (1 s)
+    std::ofstream(pause + "-2.go") << "go\n";
+    t.join();
+    ASSERT_TRUE(b_started);
+    ASSERT_TRUE(a_again);
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json")) << "all three runs bit-identical to the engine alone";
+    const json rep = load_json(c.dir + "/dist.json");
+    const json & w = rep["workers"][0];
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << "B was refused by content: " << rep["errors"].dump();
+    EXPECT_EQ(w["replaced_after_refusal"], 1) << w.dump();
+    EXPECT_EQ(w["identity"]["instance"].get<std::string>(), moezip::hex64(c.workers[2]->instance())) << w.dump();
+    EXPECT_EQ(w.value("plans_refused", json::object()).size(), 0u) << "B's refusals were dropped with B: " << w.dump();
+    ASSERT_EQ(c.workers[2]->stop(SIGTERM, 5000), 0);
+    EXPECT_EQ(c.workers[2]->stderr_text().find("rows 0,"), std::string::npos) << "A again computed: " << c.workers[2]->stderr_text();
+}
+
 TEST(WorkerReplaced, ComputeForAnotherInstanceIsRefusedByTheWorker) {
     // the protocol side of it: a request addressed to the instance before the restart is not computed
     Cluster c{test_dir("replaced_protocol"), {}};

@@ -53,7 +53,7 @@ void Dispatcher::shutdown() {
     }
 }
 
-Status Dispatcher::hello(Worker & w) {
+Status Dispatcher::hello(Worker & w, bool short_wait) {
     // Whatever was verified before belongs to the instance that answered then.
     w.said_hello = false;
     w.instance = 0;
@@ -61,7 +61,7 @@ Status Dispatcher::hello(Worker & w) {
     w.plans_ok.clear();
     // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
     // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
-    w.link->set_timeout_ms(w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
+    w.link->set_timeout_ms(short_wait || w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
     nlohmann::json me = {{"protocol", kProtocolVersion}, {"ggml_commit", self_.ggml_commit},
                          {"cpu_variant", self_.variant.name}, {"cpu_build_id", self_.variant.build_id},
                          {"plan", plan_json(&w - workers_.data())}};
@@ -230,9 +230,36 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     return Status::ok();
 }
 
+void Dispatcher::note_refusal(Worker & w) {
+    w.refused_instance = w.instance;
+    w.refused_backoff_ms = 1000;
+    w.refused_probe_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.refused_backoff_ms);
+}
+
+bool Dispatcher::replaced_since_refusal(Worker & w, const MoeRegion & r) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < w.refused_probe_at) return false;
+    w.refused_backoff_ms = std::min(std::max(w.refused_backoff_ms, 500) * 2, 30000);
+    w.refused_probe_at = now + std::chrono::milliseconds(w.refused_backoff_ms);
+    ensure_link(w, r);
+    Status st = hello(w, /*short_wait =*/ true);
+    w.said_hello = false;  // a newcomer goes through the whole verification in usable()
+    if (!st) return false;  // refused again at hello (same reason), or not reachable: the refusal stands
+    if (w.instance == w.refused_instance) return false;  // the same process: its refusal stands
+    LOG_INFO("worker %s: instance %s answers in place of the refused %s: verifying it from scratch", w.cfg->endpoint.c_str(),
+             hex64(w.instance).c_str(), w.refused_instance ? hex64(w.refused_instance).c_str() : "(no hello_ok)");
+    w.refused.clear();
+    w.plans_refused.clear();
+    w.refused_instance = 0;
+    w.refused_backoff_ms = 0;
+    ++w.replaced_after_refusal;
+    return true;
+}
+
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    if (!w.refused.empty() || w.plans_refused.count(r.plan_id) || w.trust.untrusted()) return false;
+    if (w.trust.untrusted()) return false;  // caught computing wrong results: never again this run
+    if ((!w.refused.empty() || w.plans_refused.count(r.plan_id)) && !replaced_since_refusal(w, r)) return false;
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     ensure_link(w, r);
@@ -243,6 +270,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
             w.said_hello = false;
             if (st.code() == Status::Code::mismatch) {
                 w.refused = st.message();
+                note_refusal(w);
                 LOG_ERROR("%s", st.message().c_str());
                 if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             } else {
@@ -260,6 +288,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         Status st = check_layer(w, r);
         if (!st) {
             w.plans_refused[r.plan_id] = st.message();
+            note_refusal(w);
             LOG_ERROR("%s", st.message().c_str());
             if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             return false;
@@ -367,6 +396,7 @@ nlohmann::json Dispatcher::stats_json() const {
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
         j["reverifications"] = w.reverifications;
+        j["replaced_after_refusal"] = w.replaced_after_refusal;
         j["curve"] = w.keys.curve();  // encrypted and authenticated (never the key itself)
         j["verify"] = w.trust.to_json();
         j["untrusted"] = w.trust.why_untrusted();

@@ -114,7 +114,7 @@ private:
         const WorkerConfig * cfg = nullptr;
         std::unique_ptr<WorkerLink> link;
         bool said_hello = false;
-        std::string refused;                 // non-empty: engine identity mismatch, never used
+        std::string refused;                 // non-empty: engine identity or plan mismatch, not used while it lasts
         nlohmann::json identity;             // the worker's hello_ok
         uint64_t instance = 0;               // its process instance, from hello_ok
         std::set<uint64_t> plans_ok;         // plans (MoeRegion::plan_id) whose tensors and digests were checked (this instance)
@@ -131,9 +131,22 @@ private:
         int bad_plan_streak = 0;             // bad_plan replies since the last result
         uint64_t over_budget = 0;            // requests the worker refused as over its budget
         std::string inexact;                 // numerics = "approximate": why its results are not bit-exact
+        // A refusal (refused, plans_refused) binds the instance that was refused (0: it never said
+        // hello_ok). A hello every refusal back-off (1 s doubling to 30 s) tells whether another
+        // process answers now; then every refusal is dropped and the newcomer is verified from scratch.
+        uint64_t refused_instance = 0;
+        std::chrono::steady_clock::time_point refused_probe_at{};
+        int refused_backoff_ms = 0;
+        uint64_t replaced_after_refusal = 0;  // refusals dropped because a new instance answered
     };
 
-    Status hello(Worker & w);
+    /// Notes a refusal of worker w's current instance (the first back-off starts now).
+    void note_refusal(Worker & w);
+    /// Called while worker w is refused: at most once per back-off, says hello; true when another
+    /// instance than the refused one answered (every refusal dropped: verify it as a new worker).
+    bool replaced_since_refusal(Worker & w, const MoeRegion & r);
+    /// short_wait: at most 250 ms for the reply (a re-probe), else the connect timeout.
+    Status hello(Worker & w, bool short_wait = false);
     nlohmann::json plan_json(size_t w) const;
     void ensure_link(Worker & w, const MoeRegion & r);
     Status check_identity(const Worker & w) const;

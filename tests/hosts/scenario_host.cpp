@@ -47,7 +47,7 @@ struct Args {
     std::string scenario;
     std::vector<std::string> models;
     bool no_mmap = false;
-    int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300;
+    int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300, pauses = 1;
     std::string json;
     std::string pause_file;
 };
@@ -203,19 +203,24 @@ int scenario_exit_mid_decode(const Args & a) {
     exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
 }
 
+// Pause k (from 1) writes P.ready and waits for P.go; pauses after the first use P-k.ready, P-k.go.
 int scenario_pause(const Args & a) {
     Loaded l;
     Status st = load(a, a.models[0], l);
     if (st) st = generate_into(l.ctx, a, a.models[0], 0);
     if (!st) return fail("first run", st);
-    std::ofstream(a.pause_file + ".ready") << "ready\n";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!std::ifstream(a.pause_file + ".go")) {
-        if (std::chrono::steady_clock::now() > deadline) return fail("pause", Status::timeout("no " + a.pause_file + ".go within 60 s"));
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int k = 1; k <= a.pauses; ++k) {
+        const std::string p = k == 1 ? a.pause_file : a.pause_file + "-" + std::to_string(k);
+        std::ofstream(p + ".ready") << "ready\n";
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!std::ifstream(p + ".go")) {
+            if (std::chrono::steady_clock::now() > deadline) return fail("pause", Status::timeout("no " + p + ".go within 60 s"));
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        st = generate_into(l.ctx, a, a.models[0], 0);
+        if (!st) return fail("run " + std::to_string(k + 1), st);
     }
-    st = generate_into(l.ctx, a, a.models[0], 0);
-    return st ? 0 : fail("second run", st);
+    return 0;
 }
 
 } // namespace
@@ -233,6 +238,8 @@ int main(int argc, char ** argv) {
     app.add_option("--after-ms", a.after_ms, "exit-mid-decode: exit after this many ms")->check(CLI::Range(0, 600000));
     app.add_option("--json", a.json, "write the runs here");
     app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
+    app.add_option("--pauses", a.pauses, "pause: pauses, each followed by a run (P-2.ready, P-2.go, ... after the first)")
+        ->check(CLI::Range(1, 100));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
