@@ -43,8 +43,13 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
+#   BENCH_SET           comparison (default): the side-by-side answer, in about an hour here: a3b-L4-q8_0
+#                       (single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and
+#                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
+#                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
+#                       a3b-L4-q4_K, repack-costs): about 2 h more.
 #   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
-#   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: all)
+#   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: the set's)
 #   BENCH_REPS          repetitions (default 5)
 #   BENCH_VARIANTS      timed variants on loopback for every model (default: per model, see plan_for)
 #   BENCH_NETS          emulated links: "1g 10g" (default), a subset, or "none"
@@ -67,7 +72,8 @@
 #   BENCH_NO_REPACK     auto (default): no_repack (and --no-repack) only where the weights need it (q4_K
 #                       experts, which the engine repacks); 1: everywhere; 0: nowhere
 #   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
-#   BENCH_REPACK_REPS   repetitions of tools/bench/repack-costs.sh, q4_K and q4_0, after the table (default 5; 0 skips)
+#   BENCH_REPACK_REPS   repetitions of tools/bench/repack-costs.sh, q4_K and q4_0, after the table (default 5 in
+#                       the full set, 0 in comparison; 0 skips)
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
 #                       Phase runs are always cold: their reports would otherwise count the warm-up too.
@@ -84,10 +90,16 @@ OUT=$ROOT/$BUILD/bench
 MODELS_DIR=$OUT/models
 RUNS=$OUT/runs
 QUICK=${BENCH_QUICK:-0}
+SET=${BENCH_SET:-comparison}
+case "$SET" in
+    comparison) SET_MODELS="a3b-L4-q8_0 stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-0} ;;
+    full) SET_MODELS="a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-5} ;;
+    *) echo "bench: error: BENCH_SET must be comparison or full, got '$SET'" >&2; exit 1 ;;
+esac
 if [ "$QUICK" = 1 ]; then
     MODELS=${BENCH_MODELS:-a3b-L4-q8_0}; REPS=${BENCH_REPS:-3}
 else
-    MODELS=${BENCH_MODELS:-a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8}; REPS=${BENCH_REPS:-5}
+    MODELS=${BENCH_MODELS:-$SET_MODELS}; REPS=${BENCH_REPS:-5}
 fi
 NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1 rpc_experts}
 NETS=${BENCH_NETS:-1g 10g}
@@ -127,6 +139,7 @@ case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, 
     die "BENCH_THROTTLE must be a whole percentage 1..99, got '$THROTTLE_PCT'"
 [[ "$THROTTLE_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$THROTTLE_PERIOD_US" -ge 1000 ] && [ "$THROTTLE_PERIOD_US" -le 1000000 ] ||
     die "BENCH_THROTTLE_PERIOD_US must be 1000..1000000, got '$THROTTLE_PERIOD_US'"
+[[ "$REPACK_REPS" =~ ^[0-9]+$ ]] || die "BENCH_REPACK_REPS must be a whole number, got '$REPACK_REPS'"
 awk -v f="$PLAN_SHARE" 'BEGIN { exit !(f + 0 > 0 && f + 0 <= 1) }' || die "BENCH_PLAN_SHARE must be in (0, 1], got '$PLAN_SHARE'"
 for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
 for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle"; do
@@ -227,15 +240,24 @@ prepare_model() {  # name: writes the model once, reuses it after
 }
 model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 
-# plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The full set on the
-# 4-layer q8_0 model and the tiny real model; on the others the variants that answer their question
-# (8 layers: twice the round trips per token; q4_K: another weight type), to keep the default run
-# within ~25 minutes (a full default run took 26-30 min here). `local` always gets phase runs (the MoE
-# share for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify) are
-# not in the default plan since every timed run now has a paired reference run (BENCH_VARIANTS adds them;
+# plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The comparison set
+# (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the references and
+# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about an hour with pairs on
+# both placements. The full set adds every study: the placement and throttled-worker variants (issue 14)
+# on the 4-layer q8_0 model and, on the others, the variants that answer their question (8 layers: twice
+# the round trips per token; q4_K: another weight type). `local` always gets phase runs (the MoE share
+# for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify) are in
+# neither set since every timed run has a paired reference run (BENCH_VARIANTS adds them;
 # docs/security.md has a side-by-side measurement).
 plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
+    if [ "$SET" = comparison ]; then
+        case "$1" in
+            a3b-L4-q8_0) echo "single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
+            *) echo "single observe local experts1 shard1 rpc_single rpc_experts" ;;
+        esac
+        return
+    fi
     case "$1" in
         a3b-L4-q8_0) echo "single single_nr observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
                           "experts1_plan experts1_repl rows1_slow rows1_auto_slow shard1_slow shard1_auto_slow" ;;
@@ -644,9 +666,9 @@ BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}${THROTTLE_N
 
 # What repacking is worth and experts mode with repacked workers (moezip-worker --repack) against the
 # engine's default single node, q4_K and q4_0 (tools/bench/repack-costs.sh; BENCH_REPACK_REPS=0 skips it).
-if [ "${BENCH_REPACK_REPS:-5}" -gt 0 ]; then
+if [ "$REPACK_REPS" -gt 0 ]; then
     for t in q4_K q4_0; do
-        say "repacked experts, $t: ${BENCH_REPACK_REPS:-5} repetitions"
-        BUILD="$BUILD" "$ROOT/tools/bench/repack-costs.sh" "${BENCH_REPACK_REPS:-5}" "$t" | tee "$OUT/repack-$t.md"
+        say "repacked experts, $t: $REPACK_REPS repetitions"
+        BUILD="$BUILD" "$ROOT/tools/bench/repack-costs.sh" "$REPACK_REPS" "$t" | tee "$OUT/repack-$t.md"
     done
 fi
