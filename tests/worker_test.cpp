@@ -555,6 +555,39 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
     EXPECT_GE(ms, 300.0);
 }
 
+TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {
+    // Found by a breaker: a worker stopped while a request was in flight closed its socket with the
+    // reply still queued (linger 0), and the coordinator waited its whole timeout (5 s, 20 s).
+    std::string dir = test_dir("worker_sigterm_in_flight");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=800"}}));
+    WorkerClient c(w.endpoint(), w.instance());
+    ComputeRequest first = random_request(0, 1, 71), second = random_request(0, 1, 72);
+    moezip::MsgHeader h1 = compute_header(first, c.instance()), h2 = compute_header(second, c.instance());
+    h1.request_id = 1001;
+    h2.request_id = 1002;
+    c.send(compute_frames(h1, first));
+    c.send(compute_frames(h2, second));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first is being answered (its delay)
+    int code = -1;
+    std::thread stopper([&]() { code = w.stop(SIGTERM, 5000); });
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkerReply a, b;
+    ASSERT_TRUE(c.recv(a, 3000)) << "the request in flight was answered";
+    ASSERT_TRUE(c.recv(b, 3000)) << "the waiting request was answered";
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stopper.join();
+    EXPECT_EQ(a.h.request_id, 1001u);
+    EXPECT_EQ(a.h.kind, (uint16_t) MsgKind::result);
+    EXPECT_EQ(a.verify(), moezip::ErrorCode::ok);
+    EXPECT_EQ(b.h.request_id, 1002u);
+    EXPECT_EQ(b.h.kind, (uint16_t) MsgKind::error);
+    EXPECT_EQ(b.h.status, (int32_t) moezip::ErrorCode::stopping) << b.text();
+    EXPECT_NE(b.text().find("stopping"), std::string::npos) << b.text();
+    EXPECT_LT(ms, 2000.0);
+    EXPECT_EQ(code, 0) << w.stderr_text();
+}
+
 // The worker's scratch budget is checked from the header before anything is allocated, so the
 // estimate (request_cost) must bound what the executor then really uses, for every FFN form the
 // protocol carries: gpt-oss's three bias results and llama4's repeated and weighted input were left

@@ -119,6 +119,7 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::over_budget: return "over_budget";
         case ErrorCode::bad_plan: return "bad_plan";
         case ErrorCode::out_of_memory: return "out_of_memory";
+        case ErrorCode::stopping: return "stopping";
     }
     return "unknown";
 }

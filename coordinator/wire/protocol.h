@@ -85,6 +85,7 @@ enum class ErrorCode : int32_t {
     over_budget = 11,     ///< the request needs more rows, slots, bytes or scratch than the worker's per-request budget
     bad_plan = 12,        ///< no hello with a plan on this connection, or compute outside it (experts, n_ff slice)
     out_of_memory = 13,   ///< an allocation for the request failed; nothing was computed
+    stopping = 14,        ///< the worker is exiting (SIGTERM/SIGINT): the request was not computed
 };
 
 /// Frame 0 of every message. 152 bytes, little-endian, no implicit padding.

@@ -27,6 +27,8 @@ namespace moezip {
 namespace {
 
 volatile sig_atomic_t g_stop = 0;
+constexpr int kStopLingerMs = 1000;   // at exit: how long queued replies may take to leave
+constexpr int kStopRefuseMax = 1024;  // at exit: waiting messages answered with `stopping`, at most
 
 void on_signal(int) { g_stop = 1; }
 
@@ -52,6 +54,9 @@ public:
           hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget))), c_(c) {}
 
     void handle(Incoming & in);
+    /// The worker is exiting: answers a message that was waiting with error `stopping`, so its
+    /// sender computes the part itself now instead of waiting its timeout.
+    void refuse_stopping(Incoming & in);
 
 private:
     void handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size);
@@ -225,6 +230,15 @@ void Server::handle(Incoming & in) {
     send_reply(in.identity, r, nullptr);
 }
 
+void Server::refuse_stopping(Incoming & in) {
+    ++c_.requests;
+    if (in.parts.empty()) return;
+    MsgHeader h;
+    ErrorCode code = ErrorCode::ok;
+    if (!msg_header_parse(in.parts[0].data(), in.parts[0].size(), h, code)) return;
+    send_error(in.identity, &h, ErrorCode::stopping, "the worker is stopping (SIGTERM or SIGINT): not computed");
+}
+
 // Reads one waiting message without blocking: false when none is waiting. Parts beyond
 // kMaxMessageParts are received and freed at once (libzmq hands over a multipart message only once
 // it has all of it, so this bounds what the worker keeps, not what libzmq held).
@@ -261,6 +275,20 @@ void serve_pending(zmq::socket_t & sock, Server & server, WorkerCounters & c) {
     }
 }
 
+// After a stop signal: every message already waiting is answered with error `stopping` (bounded:
+// a flood does not hold the exit). The request being computed when the signal came was answered.
+void refuse_pending(zmq::socket_t & sock, Server & server, WorkerCounters & c) {
+    for (int i = 0; i < kStopRefuseMax; ++i) {
+        Incoming in;
+        try {
+            if (!recv_capped(sock, in, c)) return;
+            server.refuse_stopping(in);
+        } catch (const zmq::error_t & e) {
+            if (e.num() != EINTR) return;
+        }
+    }
+}
+
 Status serve_loop(zmq::socket_t & sock, SocketMonitor & monitor, Server & server, WorkerCounters & c) {
     while (!g_stop) {
         zmq_pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
@@ -270,6 +298,7 @@ Status serve_loop(zmq::socket_t & sock, SocketMonitor & monitor, Server & server
         if (items[1].revents & ZMQ_POLLIN) monitor.drain();
         if (items[0].revents & ZMQ_POLLIN) serve_pending(sock, server, c);
     }
+    refuse_pending(sock, server, c);
     monitor.drain();
     return Status::ok();
 }
@@ -313,7 +342,13 @@ Status worker_serve(const WorkerServerOptions & opt, const WorkerModel & model, 
             st = Status::io_error(opt.bind + ": " + e.what());
         }
         if (monitor) monitor->close();
-        sock.close();  // sockets before the context (linger 0: nothing queued is kept)
+        // Replies already queued (the request computed when the signal came, the `stopping` answers)
+        // may take up to kStopLingerMs to leave; then the socket closes whatever is left.
+        try {
+            sock.set(zmq::sockopt::linger, kStopLingerMs);
+        } catch (const zmq::error_t &) {
+        }
+        sock.close();  // sockets before the context
     }
     zap.stop();
     ctx.close();
