@@ -7,7 +7,7 @@
 #include "coordinator/modes/handler_factory.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
 #include "provider_map/gguf_expert_layout.h"
 #include "preload/abi_guard.h"
 #include "preload/engine_api.h"

@@ -1,8 +1,8 @@
-// Automatic shares (`local_share = "auto"`, coordinator/modes/share_balance.h) with a worker made
+// Automatic shares (`local_share = "auto"`, coordinator/balance/share_balance.h) with a worker made
 // four times slower (MOEZIP_WORKER_FAULT slow=4): rows mode gives it fewer rows and stays
 // bit-identical to one node; shard mode moves the n_ff slices (a new plan said in hello) and stays
 // within the verify tolerances, measured on every call.
-#include "coordinator/modes/share_balance.h"
+#include "coordinator/balance/share_balance.h"
 #include "tests/cluster.h"
 
 #include <gtest/gtest.h>

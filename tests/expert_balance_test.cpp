@@ -1,7 +1,7 @@
-// The balancer of replicated experts (coordinator/modes/expert_balance.h): which owner computes
+// The balancer of replicated experts (coordinator/balance/expert_balance.h): which owner computes
 // each expert's slots of a call, from the hosts' measured speeds.
-#include "coordinator/modes/expert_balance.h"
-#include "coordinator/modes/worker_overhead.h"
+#include "coordinator/balance/expert_balance.h"
+#include "coordinator/balance/worker_overhead.h"
 #include "coordinator/modes/split.h"
 
 #include <gtest/gtest.h>

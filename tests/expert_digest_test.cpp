@@ -2,7 +2,7 @@
 // (coordinator/dispatch/expert_digests_here.h): every byte counts, each digest is read once per
 // plan, and reading a worker's experts from a file mapping does not leave them resident here.
 #include "coordinator/dispatch/expert_digests_here.h"
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
 #include "provider_map/expert_digest.h"
 #include "tests/test_support.h"
 

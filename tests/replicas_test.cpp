@@ -1,4 +1,4 @@
-// Replicated experts with balanced dispatch (experts.replicas, coordinator/modes/expert_balance.h)
+// Replicated experts with balanced dispatch (experts.replicas, coordinator/balance/expert_balance.h)
 // under the unmodified host with real workers: whichever owner computes a slot, the logits are the
 // single-node bits; both owners get work; a replica whose worker dies is covered by another owner.
 #include "tests/cluster.h"

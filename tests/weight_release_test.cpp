@@ -1,7 +1,7 @@
-// Releasing the coordinator's pages of worker-owned experts (coordinator/modes/weight_release.h): only
+// Releasing the coordinator's pages of worker-owned experts (coordinator/memory/weight_release.h): only
 // whole pages of the named experts leave this process, the bytes read back unchanged from the
 // file, and memory that is not a read-only file mapping is never touched.
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
 #include "tests/test_support.h"
 
 #include <gtest/gtest.h>

@@ -18,7 +18,7 @@
 // measured again. Hosts: 0 = this host, 1 + w = worker w.
 #pragma once
 
-#include "coordinator/modes/worker_overhead.h"
+#include "coordinator/balance/worker_overhead.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
-#include "coordinator/modes/share_balance.h"
-#include "coordinator/modes/moving_average.h"
+#include "coordinator/balance/share_balance.h"
+#include "coordinator/balance/moving_average.h"
 
 #include <algorithm>
 #include <cmath>

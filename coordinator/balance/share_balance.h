@@ -16,7 +16,7 @@
 // boundaries in the last bits, within the documented tolerance.
 #pragma once
 
-#include "coordinator/modes/worker_overhead.h"
+#include "coordinator/balance/worker_overhead.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 // of automatic shares and replicated experts estimate it from the round trips.
 #pragma once
 
-#include "coordinator/modes/moving_average.h"
+#include "coordinator/balance/moving_average.h"
 
 #include <algorithm>
 #include <chrono>

@@ -175,7 +175,7 @@ struct Reader {
     }
 
     // A string; returns the node's line (0 when absent or not a string; then out is unchanged).
-    // A share: a number 0..1, or "auto" (measured while the run goes: coordinator/modes/share_balance.h).
+    // A share: a number 0..1, or "auto" (measured while the run goes: coordinator/balance/share_balance.h).
     void read_share(const toml::table & t, const std::string & prefix, const char * key, double & out, bool & is_auto,
                     bool * seen = nullptr) {
         auto it = t.find(key);

@@ -43,7 +43,7 @@ struct RowsConfig {
     double local_share = 1.0;  ///< fraction of a region's rows computed here, 0..1; default 1
     int    min_rows    = 2;    ///< regions with fewer rows run locally (decode), 1..1000000; default 2
     /// local_share = "auto": every call's rows are split so that the hosts' expected times are equal,
-    /// from their measured time per row (coordinator/modes/share_balance.h); default false
+    /// from their measured time per row (coordinator/balance/share_balance.h); default false
     bool auto_share = false;
 };
 
@@ -53,10 +53,10 @@ struct ExpertsConfig {
     ExpertCombine combine = ExpertCombine::exact;  ///< default exact (per-slot outputs, bit-identical)
     int shadow_every = 0;  ///< partial combine: recompute every Nth call here and report the error; 0 = never
     /// Drop this host's resident pages of the experts a worker serves, once that worker has served
-    /// the layer (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
+    /// the layer (coordinator/memory/weight_release.h); default true. Only for memory-mapped weights.
     bool release_unowned = true;
     /// An expert may be owned by several hosts (replicas); each call's slots of such an expert go to
-    /// the owner expected to finish first (coordinator/modes/expert_balance.h). Needs combine = exact,
+    /// the owner expected to finish first (coordinator/balance/expert_balance.h). Needs combine = exact,
     /// so the result does not depend on which owner computed a slot. Default false: owners are disjoint.
     bool replicas = false;
 };
@@ -70,7 +70,7 @@ struct ShardConfig {
     bool auto_share = false;
     /// Drop this host's resident pages of what its slice never reads (the other hosts' gate/up rows;
     /// all of down once its packed copy is made), after the first call every worker served for that
-    /// slice (coordinator/modes/weight_release.h); default true. Only for memory-mapped weights.
+    /// slice (coordinator/memory/weight_release.h); default true. Only for memory-mapped weights.
     bool release_unowned = true;
 };
 

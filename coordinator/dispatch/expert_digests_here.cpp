@@ -1,7 +1,7 @@
 #include "coordinator/dispatch/expert_digests_here.h"
 
 #include "coordinator/base/log.h"
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
 #include "provider_map/expert_digest.h"
 
 #include <algorithm>

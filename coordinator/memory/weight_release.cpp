@@ -1,4 +1,6 @@
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
+
+#include "coordinator/base/log.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -102,17 +104,54 @@ ByteRanges rows_outside_slice(const ggml_tensor * t, int64_t ff_first, int64_t f
     return out;
 }
 
-Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
-                             uint64_t & released) {
-    if (experts.empty()) return Status::ok();
+Status expert_slice_ranges(const ggml_tensor * t, const std::vector<int> & experts, ByteRanges & out) {
     const int64_t n_expert = t->ne[2];
     const uint64_t slice = (uint64_t) t->nb[2];
-    ByteRanges ranges;
+    out.clear();
     for (int e : experts) {
         if (e < 0 || e >= n_expert) return Status::invalid_argument("expert " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
-        ranges.push_back({(uint64_t) e * slice, (uint64_t) (e + 1) * slice});
+        out.push_back({(uint64_t) e * slice, (uint64_t) (e + 1) * slice});
     }
+    return Status::ok();
+}
+
+Status release_expert_slices(const ggml_tensor * t, std::vector<int> experts, const std::vector<MemoryMapping> & maps,
+                             uint64_t & released) {
+    ByteRanges ranges;
+    Status st = expert_slice_ranges(t, experts, ranges);
+    if (!st) return st;
     return release_tensor_ranges(t, ranges, maps, released);
+}
+
+bool WeightReleaseTally::release(const std::vector<std::pair<const ggml_tensor *, ByteRanges>> & drop, const std::string & kept_why,
+                                 const char * what) {
+    if (!not_released.empty()) return false;  // a reason that holds for every layer was found already
+    if (!kept_why.empty()) {
+        not_released = kept_why;
+        LOG_INFO("keeping %s resident here: %s", what, kept_why.c_str());
+        return false;
+    }
+    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    const int64_t rss_before = proc_status_kib("VmRSS");
+    for (const auto & d : drop) {
+        Status st = release_tensor_ranges(d.first, d.second, maps, advised_bytes);
+        if (!st) {
+            not_released = st.message();
+            LOG_INFO("keeping %s resident here: %s", what, st.message().c_str());
+            return false;
+        }
+    }
+    ++parts;
+    const int64_t rss_after = proc_status_kib("VmRSS");
+    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes += (uint64_t) (rss_before - rss_after) * 1024;
+    return true;
+}
+
+void WeightReleaseTally::add_to(nlohmann::json & j) const {
+    j["advised_bytes"] = advised_bytes;
+    j["rss_dropped_bytes"] = rss_dropped_bytes;
+    j["released_parts"] = parts;
+    if (!not_released.empty()) j["not_released"] = not_released;
 }
 
 ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorBytes> & tensors, const std::vector<int> & owners,

@@ -17,8 +17,11 @@
 
 #include "ggml.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moezip {
@@ -52,6 +55,25 @@ Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std
 /// unit, ggml.h) outside rows [ff_first, ff_first + ff_count) of every expert: what a host whose n_ff
 /// slice is that never reads. Offsets from t->data, in order; neighbouring experts' parts are joined.
 ByteRanges rows_outside_slice(const ggml_tensor * t, int64_t ff_first, int64_t ff_count);
+
+/// What one handler gave back of this host's weights, for the report's memory section.
+struct WeightReleaseTally {
+    uint64_t advised_bytes = 0;      ///< given to madvise(MADV_DONTNEED), resident or not
+    uint64_t rss_dropped_bytes = 0;  ///< the VmRSS decrease measured across those calls
+    uint64_t parts = 0;              ///< releases done (experts: (layer, worker); shard: (layer, slice))
+    std::string not_released;        ///< why memory is kept: the first reason found, then nothing more is tried
+
+    /// Drops every (tensor, byte ranges) of `drop` (release_tensor_ranges), measuring VmRSS around
+    /// it. `kept_why`: a reason found before (config), recorded instead. On the first failure the
+    /// reason is recorded and logged as `what`; later calls then do nothing. True when released.
+    bool release(const std::vector<std::pair<const ggml_tensor *, ByteRanges>> & drop, const std::string & kept_why, const char * what);
+    /// Adds advised_bytes, rss_dropped_bytes, released_parts and not_released (when set) to `j`.
+    void add_to(nlohmann::json & j) const;
+};
+
+/// The byte ranges of `experts`' slices of an expert tensor [.., .., n_expert] (GGUF layout).
+/// Errors: invalid_argument for an expert outside [0, n_expert).
+Status expert_slice_ranges(const ggml_tensor * t, const std::vector<int> & experts, ByteRanges & out);
 
 /// Drops this process's pages of the slices of `experts` of an expert tensor [.., .., n_expert]
 /// in GGUF layout (slice e = bytes [e*nb[2], (e+1)*nb[2]) from data; ggml.h). Neighbouring experts

@@ -1,5 +1,5 @@
 #include "coordinator/modes/dispatch_handler.h"
-#include "coordinator/modes/worker_overhead.h"
+#include "coordinator/balance/worker_overhead.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"

@@ -22,16 +22,17 @@
 // host's part is used, the worker is untrusted (Dispatcher::record_verify), a fallback is counted.
 #pragma once
 
+#include "coordinator/balance/expert_balance.h"
+#include "coordinator/balance/share_balance.h"
 #include "coordinator/compute/down_slice.h"
 #include "coordinator/dispatch/dispatcher.h"
-#include "coordinator/modes/expert_balance.h"
+#include "coordinator/memory/weight_release.h"
 #include "coordinator/modes/region_handler.h"
-#include "coordinator/modes/share_balance.h"
 #include "coordinator/modes/split.h"
 
 #include <array>
-#include <map>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -158,8 +159,7 @@ private:
     };
     std::map<size_t, NoSlice> no_slice_;  // per host (0 = here, 1 + w = worker w)
     std::set<std::array<int64_t, 3>> released_;  // (plan, ff_first, ff_count) whose pages were dropped
-    uint64_t advised_bytes_ = 0, rss_dropped_bytes_ = 0, released_parts_ = 0;
-    std::string not_released_;
+    WeightReleaseTally release_;
 };
 
 class ExpertsHandler : public DispatchHandler {
@@ -188,7 +188,7 @@ private:
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call);
     bool verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st);
     /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages
-    /// of the experts w owns in that layer (coordinator/modes/weight_release.h).
+    /// of the experts w owns in that layer (coordinator/memory/weight_release.h).
     void release_unowned(const MoeRegion & r, size_t w);
     std::vector<int> owners_;                   // expert_owners: -1 when resident here
     std::vector<std::vector<int>> owner_sets_;  // expert_owner_sets: every owner
@@ -198,9 +198,7 @@ private:
     std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;
     std::set<std::pair<uint64_t, size_t>> released_;  // (plan, worker) pairs already handled
-    uint64_t advised_bytes_ = 0, released_parts_ = 0;  // bytes given to madvise (resident or not); (layer, worker) pairs
-    uint64_t rss_dropped_bytes_ = 0;                    // VmRSS decrease measured across those madvise calls
-    std::string not_released_;                    // why memory was kept (first reason)
+    WeightReleaseTally release_;                      // what left this host's memory, or why nothing did
 };
 
 } // namespace moezip

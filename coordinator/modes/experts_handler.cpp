@@ -1,11 +1,11 @@
 #include "coordinator/modes/dispatch_handler.h"
-#include "coordinator/modes/worker_overhead.h"
+#include "coordinator/balance/worker_overhead.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
-#include "coordinator/modes/expert_balance.h"
+#include "coordinator/balance/expert_balance.h"
 #include "coordinator/modes/split.h"
-#include "coordinator/modes/weight_release.h"
+#include "coordinator/memory/weight_release.h"
 
 #include <algorithm>
 #include <chrono>
@@ -294,30 +294,20 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
 
 void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     released_.insert({r.plan_id, w});
-    if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
-    not_released_ = config_why_experts_resident(cfg_);
-    if (!not_released_.empty()) {
-        LOG_INFO("keeping the experts workers own resident here: %s", not_released_.c_str());
-        return;
-    }
+    if (!release_.not_released.empty()) return;
     std::vector<int> experts;  // w's experts this host does not own (replicas of its own stay resident)
     for (size_t e = 0; e < owner_sets_.size(); ++e)
         if (owners_[e] != -1 && std::find(owner_sets_[e].begin(), owner_sets_[e].end(), (int) w) != owner_sets_[e].end())
             experts.push_back((int) e);
-    if (experts.empty()) return;  // every expert w serves is this host's too
-    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
-    const int64_t rss_before = proc_status_kib("VmRSS");
+    const std::string kept_why = config_why_experts_resident(cfg_);
+    if (kept_why.empty() && experts.empty()) return;  // every expert w serves is this host's too
+    std::vector<std::pair<const ggml_tensor *, ByteRanges>> drop;
     for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps}) {
-        Status st = release_expert_slices(t, experts, maps, advised_bytes_);
-        if (!st) {
-            not_released_ = st.message();
-            LOG_INFO("keeping the experts workers own resident here: %s", st.message().c_str());
-            return;
-        }
+        drop.push_back({t, {}});
+        Status st = expert_slice_ranges(t, experts, drop.back().second);
+        if (!st) return;  // owners_ is sized from this region's n_expert: cannot happen
     }
-    ++released_parts_;
-    const int64_t rss_after = proc_status_kib("VmRSS");
-    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
+    release_.release(drop, kept_why, "the experts workers own");
 }
 
 void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
@@ -329,10 +319,7 @@ void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
 nlohmann::json ExpertsHandler::memory_json() const {
     nlohmann::json j = DispatchHandler::memory_json();
     j["release_unowned"] = cfg_.experts.release_unowned;
-    j["advised_bytes"] = advised_bytes_;
-    j["rss_dropped_bytes"] = rss_dropped_bytes_;
-    j["released_parts"] = released_parts_;
-    if (!not_released_.empty()) j["not_released"] = not_released_;
+    release_.add_to(j);
     return j;
 }
 

@@ -1,9 +1,9 @@
 #include "coordinator/modes/dispatch_handler.h"
-#include "coordinator/modes/weight_release.h"
-#include "coordinator/modes/worker_overhead.h"
 
+#include "coordinator/balance/worker_overhead.h"
 #include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
+#include "coordinator/memory/weight_release.h"
 
 #include <chrono>
 #include <cstdio>
@@ -35,38 +35,17 @@ nlohmann::json ShardHandler::memory_json() const {
     nlohmann::json j = DispatchHandler::memory_json();
     j["shard_down_copy_bytes_max"] = down_copies_.max_bytes();
     j["release_unowned"] = cfg_.shard.release_unowned;
-    j["advised_bytes"] = advised_bytes_;
-    j["rss_dropped_bytes"] = rss_dropped_bytes_;
-    j["released_parts"] = released_parts_;
-    if (!not_released_.empty()) j["not_released"] = not_released_;
+    release_.add_to(j);
     return j;
 }
 
 void ShardHandler::release_unowned(const MoeRegion & r, const RowBlock & own, bool down_packed) {
     if (!released_.insert({(int64_t) r.plan_id, own.first, own.count}).second) return;
-    if (!not_released_.empty()) return;  // a reason that holds for every layer was found already
-    not_released_ = config_why_shard_resident(cfg_);
-    if (!not_released_.empty()) {
-        LOG_INFO("keeping every expert's whole n_ff resident here: %s", not_released_.c_str());
-        return;
-    }
-    const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
-    const int64_t rss_before = proc_status_kib("VmRSS");
     std::vector<std::pair<const ggml_tensor *, ByteRanges>> drop = {{r.gate_exps, rows_outside_slice(r.gate_exps, own.first, own.count)},
                                                                     {r.up_exps, rows_outside_slice(r.up_exps, own.first, own.count)}};
     // down [n_ff, n_embd, n_expert]: this host reads its packed copy only (or nothing, without a slice)
     if (down_packed || own.count == 0) drop.push_back({r.down_exps, {{0, (uint64_t) r.down_exps->nb[2] * (uint64_t) r.down_exps->ne[2]}}});
-    for (const auto & [t, ranges] : drop) {
-        Status st = release_tensor_ranges(t, ranges, maps, advised_bytes_);
-        if (!st) {
-            not_released_ = st.message();
-            LOG_INFO("keeping every expert's whole n_ff resident here: %s", st.message().c_str());
-            return;
-        }
-    }
-    ++released_parts_;
-    const int64_t rss_after = proc_status_kib("VmRSS");
-    if (rss_before > rss_after && rss_after >= 0) rss_dropped_bytes_ += (uint64_t) (rss_before - rss_after) * 1024;
+    release_.release(drop, config_why_shard_resident(cfg_), "every expert's whole n_ff");
 }
 
 void ShardHandler::note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices) {

@@ -7,7 +7,7 @@
 // 2. Memory left over holds replicas, hottest experts first, each time on the host with the most
 //    room left that does not hold it yet, until no host has room: a second owner for as many
 //    experts as fit, then a third, ... The coordinator then balances each call's slots between the
-//    owners (experts.replicas, coordinator/modes/expert_balance.h).
+//    owners (experts.replicas, coordinator/balance/expert_balance.h).
 #pragma once
 
 #include "tools/moezip-plan/plan_hosts.h"
