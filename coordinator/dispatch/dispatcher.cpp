@@ -365,8 +365,11 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     w.down_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.backoff_ms);
     if (!w.logged_down) {
         const bool here = cfg_.dispatch.on_worker_error == WorkerErrorPolicy::local;
-        LOG_ERROR("worker %s failed: %s; %s, probing it again after %d ms (back-off doubling to 30 s)", w.cfg->endpoint.c_str(),
-                  why.message().c_str(), here ? "computing its part here" : "on_worker_error = \"abort\"", w.backoff_ms);
+        if (here)
+            LOG_ERROR("worker %s failed: %s; computing its part here, probing it again after %d ms (back-off doubling to 30 s)",
+                      w.cfg->endpoint.c_str(), why.message().c_str(), w.backoff_ms);
+        else
+            LOG_ERROR("worker %s failed: %s; on_worker_error = \"abort\": the run stops", w.cfg->endpoint.c_str(), why.message().c_str());
         w.logged_down = true;
     }
 }
@@ -417,7 +420,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
-                      {"reconnects", s.reconnects}, {"foreign_instance_replies", s.foreign_instance},
+                      {"reconnects", s.reconnects}, {"disconnects", s.disconnects}, {"foreign_instance_replies", s.foreign_instance},
                       {"parts_dropped", s.parts_dropped}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
         }
         arr.push_back(j);

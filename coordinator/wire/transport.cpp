@@ -18,25 +18,42 @@ std::atomic<bool> g_stopping{false};
 // The longest one poll may block: a wait re-checks g_stopping at least this often.
 constexpr int kPollSliceMs = 50;
 
-// Polls one socket for `events` until `deadline`; EINTR (a signal the host handles) resumes the
-// wait. Returns the revents seen (0 at the deadline or when the process is exiting).
-short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::time_point deadline) {
+// Polls the link's socket for `events`, and its disconnect monitor when `monitor` is given, until
+// `deadline`; EINTR (a signal the host handles) resumes the wait. Returns the socket's revents
+// seen, or 0 at the deadline, when the process is exiting, or when the monitor has an event
+// (`*monitor_ready` set).
+short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::time_point deadline,
+                 LinkMonitor * monitor = nullptr, bool * monitor_ready = nullptr) {
     for (;;) {
         if (g_stopping.load(std::memory_order_relaxed)) return 0;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() < 0) left = std::chrono::milliseconds(0);
         if (left.count() > kPollSliceMs) left = std::chrono::milliseconds(kPollSliceMs);
-        zmq::pollitem_t item = {sock.handle(), 0, events, 0};
+        zmq::pollitem_t items[2] = {{sock.handle(), 0, events, 0}, {nullptr, 0, ZMQ_POLLIN, 0}};
+        const bool watch = monitor != nullptr && monitor->active();
+        if (watch) items[1].socket = monitor->socket().handle();
         try {
-            zmq::poll(&item, 1, left);
+            zmq::poll(items, watch ? 2 : 1, left);
         } catch (const zmq::error_t & e) {
             if (e.num() == EINTR) continue;
             throw;
         }
-        if (item.revents & events) return item.revents;
+        if (items[0].revents & events) return items[0].revents;
+        if (watch && (items[1].revents & ZMQ_POLLIN)) {
+            *monitor_ready = true;
+            return 0;
+        }
         if (std::chrono::steady_clock::now() >= deadline) return 0;
     }
 }
+
+// How long a wait whose connection closed still looks for a reply: the worker may have sent it just
+// before closing (a stopping worker answers the request in flight), and the reply and the monitor's
+// event travel by different pipes.
+constexpr int kReplyAfterDisconnectMs = 100;
+
+// How long a send waits for a new connection once the worker closed the last one (see send()).
+constexpr int kReconnectGraceMs = 250;
 
 // One part of a message, sent without blocking; a signal's EINTR sends it again (nothing was queued).
 zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::send_flags flags) {
@@ -63,7 +80,19 @@ WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_m
     open();
 }
 
-WorkerLink::~WorkerLink() {
+WorkerLink::~WorkerLink() { close_socket(); }
+
+bool WorkerLink::note_disconnects() {
+    const int n = monitor_.drain_disconnects();
+    if (n == 0) return false;
+    stats_.disconnects += (uint64_t) n;
+    peer_closed_ = true;
+    closed_seen_ = std::chrono::steady_clock::now();
+    return true;
+}
+
+void WorkerLink::close_socket() {
+    monitor_.stop();
     if (sock_) sock_->close();
 }
 
@@ -82,7 +111,7 @@ void WorkerLink::open() {
 }
 
 void WorkerLink::open_once() {
-    if (sock_) sock_->close();
+    close_socket();
     sock_.reset(new zmq::socket_t(ctx_, zmq::socket_type::dealer));
     sock_->set(zmq::sockopt::linger, 0);
     sock_->set(zmq::sockopt::immediate, 1);  // queue only to completed connections
@@ -94,6 +123,7 @@ void WorkerLink::open_once() {
         sock_->set(zmq::sockopt::curve_publickey, keys_.client.public_key);
         sock_->set(zmq::sockopt::curve_secretkey, keys_.client.secret_key);
     }
+    monitor_.start(ctx_, *sock_);
     sock_->connect(endpoint_);
 }
 
@@ -123,7 +153,7 @@ Status WorkerLink::recv_parts(std::vector<zmq::message_t> & parts) {
 }
 
 void WorkerLink::reset() {
-    if (sock_) sock_->close();
+    close_socket();
     ++stats_.reconnects;
     open();
 }
@@ -142,10 +172,30 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         for (const auto & f : frames) parts.emplace_back(f.second.data, f.second.bytes);
         if (corrupt_after_hash && parts.size() > 1 && parts[1].size() > 0) static_cast<uint8_t *>(parts[1].data())[0] ^= 0x5a;
         // With ZMQ_IMMEDIATE a DEALER accepts messages only once connected: wait for that, bounded.
-        if (!(poll_until(*sock_, ZMQ_POLLOUT, sent_at_ + std::chrono::milliseconds(timeout_ms_)) & ZMQ_POLLOUT)) {
+        // Disconnects seen before the wait belong to connections that cannot carry this request;
+        // after one, a new connection gets kReconnectGraceMs (a worker that exited is not waited
+        // for until the timeout, a restarted one on the same endpoint is back within it).
+        note_disconnects();
+        const auto deadline = sent_at_ + std::chrono::milliseconds(timeout_ms_);
+        short got = 0;
+        for (;;) {
+            const auto until = peer_closed_ ? std::min(deadline, std::max(sent_at_, closed_seen_) + std::chrono::milliseconds(kReconnectGraceMs))
+                                            : deadline;
+            bool monitor_ready = false;
+            got = poll_until(*sock_, ZMQ_POLLOUT, until, &monitor_, &monitor_ready);
+            if (!monitor_ready) break;
+            note_disconnects();
+        }
+        if (!(got & ZMQ_POLLOUT)) {
             if (g_stopping) return Status::io_error(endpoint_ + ": not sent, the process is exiting");
-            ++stats_.timeouts;
             const std::string cause = endpoint_unreachable_cause(endpoint_, std::min(timeout_ms_, 250));
+            if (peer_closed_) {  // the worker went away: its failure, not a timeout
+                trace_reply_missing(endpoint_, "disconnected", sent_at_);
+                return Status::io_error(endpoint_ + ": the worker closed its connection and no new one opened within " +
+                                        std::to_string(std::min(timeout_ms_, kReconnectGraceMs)) + " ms" +
+                                        (cause.empty() ? std::string() : ": " + cause));
+            }
+            ++stats_.timeouts;
             const char * why = keys_.curve() ? " (it accepts connections but the CURVE handshake did not complete: is public_key this "
                                                "worker's, and this host's public key in its --allow list?)"
                                              : " (it accepts connections but did not complete ZeroMQ's handshake: the worker is "
@@ -153,6 +203,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
             return Status::timeout(endpoint_ + ": not connected within " + std::to_string(timeout_ms_) + " ms" +
                                    (cause.empty() ? std::string(why) : ": " + cause));
         }
+        peer_closed_ = false;  // a connection is up (it may be one that is closing: then the reply's wait sees it)
         uint64_t bytes = 0;
         for (size_t i = 0; i < parts.size(); ++i) {
             bytes += parts[i].size();
@@ -173,8 +224,27 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
     const auto deadline = sent_at_ + std::chrono::milliseconds(timeout_ms_);
     const auto wait0 = std::chrono::steady_clock::now();  // for the trace: when this host began to wait
     try {
+        // set once the connection that carried the request closed: from then on only a reply already
+        // on its way is awaited (kReplyAfterDisconnectMs), never the rest of the timeout
+        std::chrono::steady_clock::time_point lost_at{};
         for (;;) {
-            if (!(poll_until(*sock_, ZMQ_POLLIN, deadline) & ZMQ_POLLIN)) {
+            bool monitor_ready = false;
+            const auto until = lost_at == std::chrono::steady_clock::time_point{}
+                                   ? deadline
+                                   : std::min(deadline, lost_at + std::chrono::milliseconds(kReplyAfterDisconnectMs));
+            const short got = poll_until(*sock_, ZMQ_POLLIN, until, &monitor_, &monitor_ready);
+            if (monitor_ready) {
+                if (note_disconnects() && lost_at == std::chrono::steady_clock::time_point{}) lost_at = std::chrono::steady_clock::now();
+                continue;
+            }
+            if (!(got & ZMQ_POLLIN) && lost_at != std::chrono::steady_clock::time_point{} && !g_stopping &&
+                std::chrono::steady_clock::now() < deadline) {
+                trace_reply_missing(endpoint_, "disconnected", wait0);
+                return Status::io_error(endpoint_ + ": connection closed while the request was in flight (the worker "
+                                        "stopped, crashed or restarted); not waiting the rest of the " +
+                                        std::to_string(timeout_ms_) + " ms timeout");
+            }
+            if (!(got & ZMQ_POLLIN)) {
                 if (g_stopping) return Status::io_error(endpoint_ + ": no reply taken, the process is exiting");
                 ++stats_.timeouts;
                 trace_reply_missing(endpoint_, "timeout", wait0);

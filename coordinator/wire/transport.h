@@ -1,7 +1,8 @@
 // moezip: one coordinator-side connection to a worker (ZeroMQ DEALER), with timeouts and the
 // Lazy Pirate recovery of the zguide: poll with a deadline, and after a timeout or a bad reply close
 // the socket (linger 0, so nothing queued survives) and open a fresh one, so a stale reply can never
-// be taken for a new one. Requests carry ids; replies to other ids are dropped and counted.
+// be taken for a new one. Requests carry ids; replies to other ids are dropped and counted. A socket
+// monitor (link_monitor.h) ends a wait as soon as the connection carrying the request closes.
 // Requests also carry the worker instance the dispatcher verified; a reply from any other instance
 // (the worker restarted or was replaced behind the same endpoint) is discarded and counted.
 // Frames are copied into ZeroMQ's own messages when sent: after a failed round trip ZeroMQ's I/O
@@ -15,6 +16,7 @@
 #pragma once
 
 #include "coordinator/wire/curve_keys.h"
+#include "coordinator/wire/link_monitor.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
 
@@ -37,6 +39,7 @@ struct WorkerStats {
     uint64_t fallbacks = 0;   ///< requests whose work was computed on this host instead
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
+    uint64_t disconnects = 0;       ///< connections the worker side closed (exit, kill, restart): seen by the socket monitor
     uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
     uint64_t parts_dropped = 0;     ///< reply parts beyond kMaxMessageParts, read and freed
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
@@ -86,13 +89,18 @@ public:
 
     /// Sends header + frames; the frames' bytes are copied into ZeroMQ messages, so the caller's
     /// buffers may go away at once. Sets the header's frame sizes, hashes and instance first.
+    /// Waits for a connection up to timeout_ms (timeout), or 250 ms once the worker closed the last
+    /// one (io_error: it exited or was killed; a restarted worker reconnects within that).
     /// `corrupt_after_hash` flips one byte of frame 0 after hashing (test-only fault switch).
     Status send(MsgHeader & h, const std::vector<std::pair<WireType, FrameRef>> & frames, bool corrupt_after_hash = false);
 
     /// Waits for the reply to `request_id` until timeout_ms after its send (a signal's EINTR resumes
     /// the wait). Verifies the header and frame hashes and, once an instance was verified
     /// (set_instance), that the reply comes from it. On success `data` holds data frame 0 (result, error text or hello
-    /// JSON). Errors: timeout; corruption (bad header or hash: counted); mismatch (a reply from
+    /// JSON). Errors: timeout; io_error when the connection that carried the request closes (the
+    /// worker exited or was killed: found by the socket monitor; a reply already received is still
+    /// taken within 100 ms, though libzmq may drop one that arrived as the connection closed; the
+    /// rest of the timeout is not waited); corruption (bad header or hash: counted); mismatch (a reply from
     /// another worker instance: counted in foreign_instance, the worker must be verified again);
     /// io_error (error reply: message and code; or the process is exiting, see
     /// transport_stop_waiting); an error reply bad_plan is a mismatch too (say hello again), and
@@ -107,12 +115,21 @@ private:
     /// Opens and connects the socket; a signal's EINTR opens it again (see open_once).
     void open();
     void open_once();
+    /// Stops the disconnect monitor and closes the socket (linger 0).
+    void close_socket();
+    /// Reads the monitor's events; true (and peer_closed_ set, counted) when a connection closed.
+    bool note_disconnects();
     Status recv_parts(std::vector<zmq::message_t> & parts);
 
     zmq::context_t & ctx_;
     std::string endpoint_;
     int timeout_ms_;
     std::unique_ptr<zmq::socket_t> sock_;
+    LinkMonitor monitor_;  // declared after sock_: destroyed first (close_socket stops it anyway)
+    // the worker closed its connection and no send found a new one since: kept across reset(), the
+    // worker is gone whatever socket this host opens
+    bool peer_closed_ = false;
+    std::chrono::steady_clock::time_point closed_seen_{};
     std::chrono::steady_clock::time_point sent_at_;
     WorkerStats stats_;
     uint64_t instance_ = 0;
