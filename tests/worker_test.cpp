@@ -7,6 +7,7 @@
 #include "tests/test_support.h"
 #include "tests/worker_harness.h"
 #include "tools/moezip-worker/worker_budget.h"
+#include "tools/moezip-worker/unit_intervals.h"
 #include "tools/moezip-worker/worker_plan.h"
 
 #include <gtest/gtest.h>
@@ -19,8 +20,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <thread>
 
 using namespace moezip;
 using namespace moezip_test;
@@ -553,6 +556,107 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
     EXPECT_EQ(ask_compute(c, random_request(0, 1, 61)).h.kind, (uint16_t) MsgKind::result);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GE(ms, 300.0);
+}
+
+// ---- shard mode gives back what no slice reads (tools/moezip-worker/slice_residency.h) ----------
+
+TEST(WorkerShard, UnitIntervalsSubtractAndJoin) {
+    using moezip::UnitIntervals;
+    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 512}}, {{0, 256}}), (UnitIntervals{{256, 512}}));
+    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 512}}, {{128, 256}}), (UnitIntervals{{0, 128}, {256, 512}}));
+    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}, {128, 256}}, {{32, 160}, {192, 224}}),
+              (UnitIntervals{{0, 32}, {160, 192}, {224, 256}}));
+    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}}, {{0, 64}}), UnitIntervals{});
+    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}}, {}), (UnitIntervals{{0, 64}}));
+    EXPECT_EQ(moezip::unit_intervals_union({{256, 512}}, {{0, 256}}), (UnitIntervals{{0, 512}}));
+    EXPECT_EQ(moezip::unit_intervals_union({{0, 32}, {64, 96}}, {{16, 48}, {128, 160}}), (UnitIntervals{{0, 48}, {64, 96}, {128, 160}}));
+    EXPECT_EQ(moezip::unit_intervals_union({{5, 5}}, {}), UnitIntervals{});
+}
+
+namespace {
+
+// VmRSS of a process, bytes (0 when unreadable).
+uint64_t rss_bytes(int pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return (uint64_t) std::stoull(line.substr(6)) * 1024;
+    return 0;
+}
+
+} // namespace
+
+TEST(WorkerShard, RowsNoSliceReadsAreGivenBackAndReadAgainBitExactWhenASliceMoves) {
+    // n_embd 256, n_ff 512, q8_0: one expert's gate rows [256, 512) are 256 x 272 bytes = 17 pages,
+    // so giving back half of n_ff frees whole pages. Worker A gives back (its slices' rows kept 300 ms
+    // after their last request), worker B keeps everything (--keep-unsliced): the same requests must
+    // get the same bytes from both while A's slice moves, comes back after its rows were given back,
+    // and a whole-n_ff (rows plan) request comes in between. With anonymous memory a row given back
+    // and not read again reads zeros: any such bug changes A's bytes.
+    constexpr int64_t E = 256, F = 512;
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0", "--n-embd", "256", "--n-ff-exp", "512"});
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_shard_residency");
+    WorkerProcess a, b;
+    ASSERT_TRUE(a.start({"--model", model, "--bind", "ipc://" + dir + "/a.sock"}, dir, {{"MOEZIP_WORKER_FAULT", "unsliced_keep_ms=300"}}))
+        << a.error();
+    ASSERT_TRUE(b.start({"--model", model, "--bind", "ipc://" + dir + "/b.sock", "--keep-unsliced"}, dir)) << b.error();
+    const char * lo = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":1})";  // units [0, 256)
+    const char * hi = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":2})";  // units [256, 512)
+    WorkerClient a_lo(a.endpoint(), a.instance(), lo), a_hi(a.endpoint(), a.instance(), hi), a_all(a.endpoint(), a.instance());
+    WorkerClient b_lo(b.endpoint(), b.instance(), lo), b_hi(b.endpoint(), b.instance(), hi), b_all(b.endpoint(), b.instance());
+    auto request = [&](int layer, uint32_t seed) {
+        ComputeRequest r = random_request(layer, 3, seed);
+        r.n_embd = (int32_t) E;
+        r.n_ff = (int32_t) F;
+        std::mt19937 rng(seed);
+        r.hidden.resize((size_t) (E * r.n_rows));
+        for (float & x : r.hidden) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+        return r;
+    };
+    int step = 0;
+    // one request per layer through both workers on the clients given; the replies must be equal
+    auto both = [&](WorkerClient & ca, WorkerClient & cb, bool shard_lo, bool shard_hi) {
+        ++step;
+        for (int layer = 0; layer < 2; ++layer) {
+            const ComputeRequest r = request(layer, (uint32_t) (100 + step * 2 + layer));
+            auto frames = [&](uint64_t instance) {
+                if (shard_lo) return shard_frames(r, instance, 0, (int32_t) F / 2);
+                if (shard_hi) return shard_frames(r, instance, (int32_t) F / 2, (int32_t) F / 2);
+                return compute_frames(compute_header(r, instance), r);
+            };
+            WorkerReply ra = ask(ca, frames(a.instance())), rb = ask(cb, frames(b.instance()));
+            ASSERT_EQ(ra.h.kind, (uint16_t) MsgKind::result) << "step " << step << ": " << ra.text();
+            ASSERT_EQ(rb.h.kind, (uint16_t) MsgKind::result) << "step " << step << ": " << rb.text();
+            ASSERT_EQ(ra.frames[0].size(), (size_t) (E * r.n_rows * 4));
+            EXPECT_EQ(memcmp(ra.frames[0].data(), rb.frames[0].data(), ra.frames[0].size()), 0)
+                << "step " << step << " layer " << layer << ": the worker that gave rows back computed other bytes";
+        }
+    };
+    const uint64_t rss_before = rss_bytes(a.pid());
+    both(a_lo, b_lo, true, false);   // A gives back rows [256, 512) and, its packed copy made, all of down
+    const uint64_t rss_a = rss_bytes(a.pid()), rss_b = rss_bytes(b.pid());
+    // 2 layers x 8 experts x (gate + up rows [256, 512): 69632 bytes each + down: 139264 bytes)
+    const uint64_t expert_half = 2 * 8 * (2 * 69632 + 139264);
+    EXPECT_GT(rss_b, rss_a + expert_half / 2) << "A " << rss_a << " B " << rss_b << " bytes (A before " << rss_before << ")";
+    both(a_hi, b_hi, false, true);   // the slice moved: rows [256, 512) and down read again
+    both(a_all, b_all, false, false);  // whole n_ff (another coordinator's rows plan): everything read again
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    both(a_lo, b_lo, true, false);   // the other slices expired: given back again
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    both(a_hi, b_hi, false, true);   // read again
+    both(a_lo, b_lo, true, false);   // both slices now in use: rows [0, 256) were still held
+    ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
+    ASSERT_EQ(b.stop(SIGTERM, 5000), 0);
+    const std::string ea = a.stderr_text(), eb = b.stderr_text();
+    const size_t at = ea.find("shard rows given back ");
+    ASSERT_NE(at, std::string::npos) << ea;
+    unsigned long long given = 0, again = 0;
+    ASSERT_EQ(sscanf(ea.c_str() + at, "shard rows given back %llu bytes (read again %llu)", &given, &again), 2) << ea;
+    // at least the whole pages inside each range, three times given back (steps 1, 4 and the down of 1)
+    EXPECT_GE(given, expert_half) << ea;
+    EXPECT_GE(again, expert_half) << "the rows and down given back were read from the file again: " << ea;
+    EXPECT_EQ(eb.find("shard rows given back"), std::string::npos) << "--keep-unsliced gives nothing back: " << eb;
 }
 
 TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {

@@ -5,10 +5,13 @@
 
 namespace moezip {
 
-const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
+bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
     auto it = copies_.find(key);
-    if (it != copies_.end() && it->second->src == down->data && it->second->ff_first == ff_first && it->second->ff_count == ff_count)
-        return &it->second->tensor;
+    return it != copies_.end() && it->second->src == down->data && it->second->ff_first == ff_first && it->second->ff_count == ff_count;
+}
+
+const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
+    if (holds(key, down, ff_first, ff_count)) return &copies_.find(key)->second->tensor;
     const int64_t n_ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2];
     const int64_t blk = api_.ggml_blck_size(down->type);
     const size_t type_size = api_.ggml_type_size(down->type);

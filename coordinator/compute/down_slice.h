@@ -35,6 +35,9 @@ public:
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
     /// the slice is not whole blocks inside n_ff (the executor then reports the error).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
+    /// True when get() would return the copy it holds (made from `down` for this slice) without
+    /// reading `down` again.
+    bool holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const;
     /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
     /// Bytes held by every copy now, and the most held at once since the start (the report is

@@ -310,7 +310,7 @@ struct Reader {
         if (const toml::table * t = section(root, "worker_server")) {
             WorkerServerConfig & ws = cfg.worker_server;
             ws.present = true;
-            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "repack", "key", "allow", "insecure", "handshake_ms",
+            check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "repack", "keep_unsliced", "key", "allow", "insecure", "handshake_ms",
                                               "max_rows", "max_slots", "max_in_mib", "max_out_mib", "max_scratch_mib"});
             read_server_security(*t, ws);
             read_endpoint(*t, "worker_server", "bind", true, ws.bind);
@@ -319,6 +319,7 @@ struct Reader {
             read_int(*t, "worker_server", "threads", 1, 256, ws.threads);
             read_bool(*t, "worker_server", "mmap", ws.mmap);
             read_bool(*t, "worker_server", "repack", ws.repack);
+            read_bool(*t, "worker_server", "keep_unsliced", ws.keep_unsliced);
         }
     }
 

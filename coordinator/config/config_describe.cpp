@@ -126,6 +126,7 @@ void describe_workers(const Config & c, Lines & l) {
     l.add("worker_server.threads", s.threads);
     l.add("worker_server.mmap", s.mmap);
     l.add("worker_server.repack", s.repack);
+    l.add("worker_server.keep_unsliced", s.keep_unsliced);
     describe_server_security(s, l);
 }
 

@@ -44,6 +44,7 @@ struct WorkerSettings {
     int threads = 1;
     bool use_mmap = false;
     bool repack = false;             ///< served experts in the CPU backend's CPU_REPACK layout, as the engine loads them
+    bool keep_unsliced = false;      ///< shard mode: keep the rows no coordinator's slice reads
     std::string key;                 ///< key file; "" = plain
     std::vector<std::string> allow;  ///< public-key files of admitted coordinators
     bool insecure = false;
@@ -86,6 +87,7 @@ void settings_from_config(const moezip::WorkerServerConfig & ws, WorkerSettings 
     s.threads = ws.threads;
     s.use_mmap = ws.mmap;
     s.repack = ws.repack;
+    s.keep_unsliced = ws.keep_unsliced;
     s.key = ws.key;
     s.allow = ws.allow;
     s.insecure = ws.insecure;
@@ -136,7 +138,7 @@ int main(int argc, char ** argv) {
     std::vector<std::string> allow;
     int threads = 1, handshake_ms = 5000;
     int64_t max_rows = 0, max_slots = 0, max_in = 0, max_out = 0, max_scratch = 0;
-    bool use_mmap = false, insecure = false, repack = false;
+    bool use_mmap = false, insecure = false, repack = false, keep_unsliced = false;
     app.add_option("--model", model, "GGUF model file (or [worker_server] model)");
     app.add_option("--bind", bind, "endpoint to bind: tcp://127.0.0.1:5601 (default), tcp://127.0.0.1:* (any free port), ipc:///path");
     app.add_option("--experts", experts_text, "experts to serve, e.g. 0-63,96-127 (default: all)");
@@ -144,6 +146,8 @@ int main(int argc, char ** argv) {
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
     app.add_flag("--repack", repack, "hold the served experts in the CPU backend's repacked layout (CPU_REPACK), as llama.cpp "
                                      "loads Q4_0/Q4_K/IQ4_NL weights by default: for hosts that do not run with --no-repack");
+    app.add_flag("--keep-unsliced", keep_unsliced, "shard mode: keep every row of the experts in memory, not only the n_ff "
+                                                   "slices coordinators compute here (the rest is given back by default)");
     app.add_option("--engine", engine_dir, "the host's llama.cpp: its lib folder, CMake build folder or node-llama-cpp install "
                                            "(default: the engine moezip was built for)");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");
@@ -178,6 +182,7 @@ int main(int argc, char ** argv) {
     if (app.count("--threads")) s.threads = threads;
     if (app.count("--mmap")) s.use_mmap = use_mmap;
     if (app.count("--repack")) s.repack = repack;
+    if (app.count("--keep-unsliced")) s.keep_unsliced = keep_unsliced;
     if (app.count("--key")) s.key = key;
     if (app.count("--allow")) s.allow = allow;
     if (app.count("--insecure")) s.insecure = insecure;
@@ -202,6 +207,7 @@ int main(int argc, char ** argv) {
     opt.n_threads = s.threads;
     opt.instance = moezip::worker_instance_new();
     opt.handshake_ms = s.handshake_ms;
+    opt.keep_unsliced = s.keep_unsliced;
     opt.budget = {s.max_rows, s.max_slots, s.max_in_mib << 20, s.max_out_mib << 20, s.max_scratch_mib << 20};
     if (int rc = resolve_security(s, opt)) return rc;
     if (s.repack && s.use_mmap)  // bad flags or config: exit 2, before the engine and the model are loaded

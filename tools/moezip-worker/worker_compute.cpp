@@ -104,11 +104,17 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         for (size_t i = 0; i < ids_local_.size(); ++i) ids_local_[i] = ids[i] < 0 ? -1 : l->local_of[(size_t) ids[i]];
         ids = ids_local_.data();
     }
-    if (h.n_frames == 4) {  // shard mode: a partial sum over this slice, its down columns read packed
-        request_slice_of(frames[3], w.ff_first, w.ff_count);
+    const bool shard = h.n_frames == 4;
+    int64_t ff_first = 0, ff_count = l->n_ff;
+    if (shard) request_slice_of(frames[3], ff_first, ff_count);
+    // rows given back after earlier shard requests are read again first (slice_residency.h)
+    Status st = residency_.before(*l, ff_first, ff_count, !shard || !down_slices_.holds((uint64_t) h.layer, w.down_exps, ff_first, ff_count));
+    if (!st) return st;
+    if (shard) {  // a partial sum over this slice, its down columns read packed
+        w.ff_first = ff_first;
+        w.ff_count = ff_count;
         w.down_slice = down_slices_.get((uint64_t) h.layer, w.down_exps, w.ff_first, w.ff_count);
     }
-    Status st = Status::ok();
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
         SlotBatch b;
         b.n_rows = n_rows;
@@ -122,6 +128,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         st = compute_pairs(w, h, hidden, ids, weights, n_pairs, slots);
     }
     if (!st) return st;
+    residency_.after(*l, ff_first, ff_count, !shard, w.down_slice != nullptr);
     if (!want_slots && n_pairs == n_used * n_rows) moe_sum_slots(slots, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
     else if (!want_slots) sum_valid_slots(slots, ids, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
 

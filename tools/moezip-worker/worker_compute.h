@@ -19,6 +19,7 @@
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
 #include "tools/moezip-worker/request_check.h"
+#include "tools/moezip-worker/slice_residency.h"
 #include "tools/moezip-worker/worker_budget.h"
 #include "tools/moezip-worker/worker_model.h"
 #include "tools/moezip-worker/worker_plan.h"
@@ -32,8 +33,13 @@ namespace moezip {
 
 class WorkerCompute {
 public:
-    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads)
-        : model_(model), api_(api), exec_(api, n_threads), shape_(request_shape_of(model, api)) {}
+    /// `release_unsliced`: in shard mode, give back the rows and down weights no recent slice
+    /// reads (slice_residency.h); false keeps the whole model (--keep-unsliced).
+    /// `keep_ms`: how long a slice's rows outlive its last request (SliceResidency::kKeepMs).
+    WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads, bool release_unsliced = true,
+                  int keep_ms = SliceResidency::kKeepMs)
+        : model_(model), api_(api), exec_(api, n_threads), shape_(request_shape_of(model, api)),
+          residency_(model, release_unsliced, keep_ms) {}
 
     /// request_check_compute (request_check.h) of a compute request against the served model's
     /// shape, then the connection's plan (worker_plan_check) and the per-request budget
@@ -56,6 +62,8 @@ public:
     /// from `api`), experts and served experts.
     static RequestShape request_shape_of(const WorkerModel & model, const GgmlApi & api);
     const RequestShape & shape() const { return shape_; }
+    /// What shard mode gave back and read again (bytes).
+    const SliceResidency & residency() const { return residency_; }
 
 private:
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
@@ -67,6 +75,7 @@ private:
     MoeExecutor exec_;
     DownSliceCopies down_slices_{api_};               // shard mode: per layer, the planned down columns packed
     RequestShape shape_;
+    SliceResidency residency_;
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums
     std::vector<float> pair_hidden_, pair_weights_;   // gathered rows for the (row, slot) pair path
     std::vector<int32_t> pair_ids_;

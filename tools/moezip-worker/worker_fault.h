@@ -10,6 +10,8 @@
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
 //   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
 //                    replying (a host N times slower, for the automatic shares' tests)
+//   unsliced_keep_ms=N  shard mode keeps a slice's rows N ms after its last request instead of 10 s
+//                    (slice_residency.h), so tests see rows given back and read again quickly
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
@@ -28,6 +30,7 @@ struct WorkerFaults {
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
     int slow = 1;             ///< 1..100: compute time multiplied by this
+    int unsliced_keep_ms = -1;  ///< -1 = SliceResidency::kKeepMs; 0..600000
 };
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.

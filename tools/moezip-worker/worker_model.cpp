@@ -186,7 +186,7 @@ Status WorkerModel::place_mmap() {
     return Status::ok();
 }
 
-Status WorkerModel::read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) {
+Status WorkerModel::read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) const {
     const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
     const uint64_t off = loc(t).offset;
     uint64_t done = 0;
@@ -199,6 +199,22 @@ Status WorkerModel::read_range(ggml_tensor * t, uint8_t * base, uint64_t start, 
         done += (uint64_t) n;
     }
     return Status::ok();
+}
+
+uint64_t WorkerModel::give_back(const ggml_tensor * t, uint64_t start, uint64_t bytes) const {
+    const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+    uintptr_t a = base + start, b = base + start + bytes;
+    a = (a + page - 1) / page * page;  // only pages wholly inside: the neighbours' bytes stay
+    b = b / page * page;
+    if (b <= a) return 0;
+    if (madvise(reinterpret_cast<void *>(a), b - a, MADV_DONTNEED) != 0) return 0;
+    return b - a;
+}
+
+Status WorkerModel::read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const {
+    if (mapped_) return Status::ok();
+    return read_range(t, static_cast<uint8_t *>(t->data), start, bytes);
 }
 
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
@@ -347,6 +363,7 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
         return Status::unsupported("--repack: this engine's CPU backend has no CPU_REPACK buffer type (no repacked kernels "
                                    "for this CPU or build), so its host does not repack either");
     st = opt.use_mmap ? place_mmap() : place_anonymous();
+    mapped_ = opt.use_mmap;
     if (!st) return st;
     for (WorkerLayer & l : layers_) l.use_tensors(l.file_tensors());
     if (opt.repack != nullptr) {

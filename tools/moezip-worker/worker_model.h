@@ -113,13 +113,25 @@ public:
     /// The model's files in part order, each with the MoE layers it holds expert tensors of.
     std::vector<WorkerFile> files() const;
 
+    /// True when the expert tensors point into a shared read-only mapping of the file (--mmap).
+    bool mapped() const { return mapped_; }
+    /// Gives back the pages wholly inside bytes [start, start + bytes) of expert tensor t's data
+    /// (one of a layer's gate/up/down in the model's memory, not a repacked copy): madvise
+    /// MADV_DONTNEED. The mapping then reads the file again by itself; anonymous memory reads zeros
+    /// until read_again() (slice_residency.h tracks that). Returns the bytes given back. Const: what
+    /// the tensors hold when computed on is the file's either way.
+    uint64_t give_back(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
+    /// Reads bytes [start, start + bytes) of expert tensor t from the file into its memory again
+    /// (anonymous memory; nothing to do for the mapping). Errors: io_error naming file and tensor.
+    Status read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
+
 private:
     Status find_layers();
     Status check_layer(WorkerLayer & l);
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
-    Status read_range(ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes);
+    Status read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes) const;
     Status repack_layers(const WorkerRepackApi & rp);
     ggml_tensor * served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes);
     Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);
@@ -138,6 +150,7 @@ private:
     std::vector<bool> served_mask_;
     uint64_t served_bytes_ = 0;
     std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own
+    bool mapped_ = false;                          // expert tensors point into the file's mapping
     ggml_context * ctx_ = nullptr;                 // repack: metadata of the served-experts tensors
     const WorkerRepackApi * repack_ = nullptr;
     std::vector<ggml_backend_buffer_t> repack_buffers_;

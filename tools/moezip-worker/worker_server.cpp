@@ -50,7 +50,8 @@ class Server {
 public:
     Server(zmq::socket_t & sock, const WorkerServerOptions & opt, const WorkerModel & model, const WorkerEngine & engine,
            WorkerCounters & c)
-        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads),
+        : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads, !opt.keep_unsliced,
+                   opt.faults.unsliced_keep_ms >= 0 ? opt.faults.unsliced_keep_ms : SliceResidency::kKeepMs),
           hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget))), c_(c) {}
 
     void handle(Incoming & in);
@@ -156,6 +157,8 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
         usleep((useconds_t) (us * (opt_.faults.slow - 1)));
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
+    c_.unsliced_released = compute_.residency().released_bytes();
+    c_.unsliced_reread = compute_.residency().reread_bytes();
     if (st) {
         c_.rows += (uint64_t) h.n_rows;
         c_.pairs += (uint64_t) reply.n_pairs;
@@ -370,6 +373,9 @@ std::string worker_counters_text(const WorkerCounters & c) {
            ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")") +
            (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
            (c.trims ? ", buffers released " + std::to_string(c.trims) : "") +
+           (c.unsliced_released ? ", shard rows given back " + std::to_string(c.unsliced_released) + " bytes (read again " +
+                                      std::to_string(c.unsliced_reread) + ")"
+                                : "") +
            (c.plans_evicted_idle + c.plans_evicted_active
                 ? ", plans forgotten (table full) " + std::to_string(c.plans_evicted_idle) + " hello-only, " +
                       std::to_string(c.plans_evicted_active) + " computing"

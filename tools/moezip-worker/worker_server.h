@@ -39,6 +39,8 @@ struct WorkerCounters {
     uint64_t trims = 0;                   ///< requests after which buffers were released (budget_release_heap)
     uint64_t plans_evicted_idle = 0;      ///< plans forgotten because the table was full (WorkerPlans): hello-only connections
     uint64_t plans_evicted_active = 0;    ///< ... connections that had computed
+    uint64_t unsliced_released = 0;       ///< shard mode: bytes of rows/down no recent slice reads, given back (slice_residency.h)
+    uint64_t unsliced_reread = 0;         ///< ... and bytes read again from the file when a slice needed them
     AuthCounters auth;                    ///< handshakes and connections (worker_auth.h)
 };
 
@@ -51,6 +53,7 @@ struct WorkerServerOptions {
     CurveKeyPair key;       ///< this worker's CURVE key pair; empty = plain ZeroMQ
     std::vector<std::string> allow;  ///< coordinator public keys (Z85) the ZAP handler admits (CURVE only)
     int handshake_ms = 5000;         ///< ZMQ_HANDSHAKE_IVL (worker_socket.h)
+    bool keep_unsliced = false;      ///< shard mode: keep the rows no slice reads (slice_residency.h)
 };
 
 /// A random non-zero 64-bit instance id for this worker process (getrandom; the clock and pid mixed
