@@ -56,8 +56,11 @@
 #   BENCH_NET_VARIANTS  variants run over the emulated links (default "experts1"; "rows1 experts1" adds
 #                       about 4 minutes: rows mode moves 6 kB per prompt token per layer, experts mode 30-40 kB)
 #   BENCH_NET_MODELS    models that get the emulated links (default a3b-L4-q8_0)
-#   BENCH_LOAD          mmap (default: coordinator maps the file, workers --mmap) or anon (coordinator
-#                       --no-mmap, workers read their experts into memory; loads take ~20 s per GB here)
+#   BENCH_LOAD          defaults (default): every program as it loads by default, which makes the servers
+#                       alike: the engines (moezip-run, llama-bench) map the file, moezip-worker reads its
+#                       experts into anonymous memory, as ggml-rpc-server always does with what it is sent.
+#                       mmap: the workers map the file too (--mmap). anon: everything in anonymous memory
+#                       (engines --no-mmap / -lm none). First touches cost ~8 s per GiB on this VM.
 #   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
 #   BENCH_PLACES        core placements of the timed runs: "h0 h1" (default) or one of them (more pairs in
 #                       the same time, one placement's answer)
@@ -105,7 +108,7 @@ NET_VARIANTS=${BENCH_NET_VARIANTS:-experts1 rpc_experts}
 NETS=${BENCH_NETS:-1g 10g}
 [ "$NETS" = none ] && NETS=""
 NET_MODELS=${BENCH_NET_MODELS:-a3b-L4-q8_0}
-LOAD=${BENCH_LOAD:-mmap}
+LOAD=${BENCH_LOAD:-defaults}
 WARMUP=${BENCH_WARMUP:-1}
 ROWS_SHARE=${BENCH_ROWS_SHARE:-0.5}
 VERIFY_EVERY=${BENCH_VERIFY_EVERY:-10}
@@ -131,7 +134,7 @@ source "$ROOT/tools/bench/rpc.sh"
 source "$ROOT/tools/bench/throttle.sh"
 
 # ---- checks ----
-case "$LOAD" in mmap|anon) ;; *) die "BENCH_LOAD must be mmap or anon, got '$LOAD'";; esac
+case "$LOAD" in defaults|mmap|anon) ;; *) die "BENCH_LOAD must be defaults, mmap or anon, got '$LOAD'";; esac
 case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, got '$NO_REPACK'";; esac
 [[ "$TRACE_MAX" =~ ^[1-9][0-9]*$ ]] || die "BENCH_TRACE_MAX must be a positive integer, got '$TRACE_MAX'"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"

@@ -119,7 +119,7 @@ function timed_groups(runs) {
         if (g.net !== "lo") g.notes.push(`tbf ${g.net}bit veth, no added delay (no netem)`);
         // ggml-rpc-server copies what it is sent into its own buffers: anonymous memory, whatever the client maps
         if ((g.variant === "rpc_experts" || g.variant === "rpc_tensor") && r0.load === "mmap")
-            g.notes.push("the RPC server holds its tensors in anonymous memory, the other rows map the file: compare with BENCH_LOAD=anon");
+            g.notes.push("the RPC server holds its tensors in anonymous memory, moezip's workers map the file: compare with BENCH_LOAD=defaults or anon");
         if (g.variant === "rpc_tensor") g.notes.push("llama.cpp skips the CPU device for tensor parallelism: a ggml-rpc-server on each core");
         for (const ph of ["prefill", "decode"])
             if (g[ph].bimodal) g.notes.push(`${ph} bimodal: ${g[ph].bimodal.n_low} runs at ${fmt(g[ph].bimodal.low, 2)}, ` +
