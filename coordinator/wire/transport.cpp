@@ -241,7 +241,8 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                 std::chrono::steady_clock::now() < deadline) {
                 trace_reply_missing(endpoint_, "disconnected", wait0);
                 return Status::io_error(endpoint_ + ": connection closed while the request was in flight (the worker "
-                                        "stopped, crashed or restarted); not waiting the rest of the " +
+                                        "stopped, crashed or restarted, or its reply had a frame over this link's " +
+                                        std::to_string(open_max_reply_bytes_) + "-byte limit); not waiting the rest of the " +
                                         std::to_string(timeout_ms_) + " ms timeout");
             }
             if (!(got & ZMQ_POLLIN)) {
