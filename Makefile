@@ -148,7 +148,7 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
 # worker code tested in-process (the budget estimate against the executor, the plan table)
-TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/,worker_budget.o worker_plan.o request_check.o unit_intervals.o)
+TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/,worker_budget.o worker_plan.o request_check.o)
 $(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main

@@ -7,7 +7,6 @@
 #include "tests/test_support.h"
 #include "tests/worker_harness.h"
 #include "tools/moezip-worker/worker_budget.h"
-#include "tools/moezip-worker/unit_intervals.h"
 #include "tools/moezip-worker/worker_plan.h"
 
 #include <gtest/gtest.h>
@@ -558,20 +557,7 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
     EXPECT_GE(ms, 300.0);
 }
 
-// ---- shard mode gives back what no slice reads (tools/moezip-worker/slice_residency.h) ----------
-
-TEST(WorkerShard, UnitIntervalsSubtractAndJoin) {
-    using moezip::UnitIntervals;
-    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 512}}, {{0, 256}}), (UnitIntervals{{256, 512}}));
-    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 512}}, {{128, 256}}), (UnitIntervals{{0, 128}, {256, 512}}));
-    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}, {128, 256}}, {{32, 160}, {192, 224}}),
-              (UnitIntervals{{0, 32}, {160, 192}, {224, 256}}));
-    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}}, {{0, 64}}), UnitIntervals{});
-    EXPECT_EQ(moezip::unit_intervals_subtract({{0, 64}}, {}), (UnitIntervals{{0, 64}}));
-    EXPECT_EQ(moezip::unit_intervals_union({{256, 512}}, {{0, 256}}), (UnitIntervals{{0, 512}}));
-    EXPECT_EQ(moezip::unit_intervals_union({{0, 32}, {64, 96}}, {{16, 48}, {128, 160}}), (UnitIntervals{{0, 48}, {64, 96}, {128, 160}}));
-    EXPECT_EQ(moezip::unit_intervals_union({{5, 5}}, {}), UnitIntervals{});
-}
+// ---- shard mode: packed slices, and the originals given back (worker_slices.h, slice_residency.h) ----
 
 namespace {
 
@@ -584,79 +570,116 @@ uint64_t rss_bytes(int pid) {
     return 0;
 }
 
+// n_embd 256, n_ff 512, q8_0, 8 experts, 2 layers: one expert's gate, up or down is 512 x 272 =
+// 139264 bytes (34 pages), one tensor 1114112 bytes (272 pages, page-aligned in its own mapping).
+constexpr int64_t kShardEmbd = 256, kShardFf = 512;
+constexpr uint64_t kShardOriginals = 2 * 3 * 8 * 139264;  // every expert tensor of both layers
+
+std::string shard_model() {
+    return fixture_model({"--preset", "tiny", "--type", "q8_0", "--n-embd", "256", "--n-ff-exp", "512"});
+}
+
+ComputeRequest shard_request(int layer, uint32_t seed) {
+    ComputeRequest r = random_request(layer, 3, seed);
+    r.n_embd = (int32_t) kShardEmbd;
+    r.n_ff = (int32_t) kShardFf;
+    std::mt19937 rng(seed);
+    r.hidden.resize((size_t) (kShardEmbd * r.n_rows));
+    for (float & x : r.hidden) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    return r;
+}
+
+// A request of layer `layer`: the low half of n_ff, the high half, or whole n_ff.
+enum class Part { lo, hi, whole };
+std::vector<zmq::message_t> part_frames(const ComputeRequest & r, uint64_t instance, Part p) {
+    if (p == Part::lo) return shard_frames(r, instance, 0, (int32_t) kShardFf / 2);
+    if (p == Part::hi) return shard_frames(r, instance, (int32_t) kShardFf / 2, (int32_t) kShardFf / 2);
+    return compute_frames(compute_header(r, instance), r);
+}
+
+constexpr const char * kPlanLo = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":1})";  // units [0, 256)
+constexpr const char * kPlanHi = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":2})";  // units [256, 512)
+
+// "originals given back N bytes (read again M)" from a worker's exit line; false when absent.
+bool given_back(const std::string & text, unsigned long long & given, unsigned long long & again) {
+    const size_t at = text.find("originals given back ");
+    return at != std::string::npos && sscanf(text.c_str() + at, "originals given back %llu bytes (read again %llu)", &given, &again) == 2;
+}
+
 } // namespace
 
-TEST(WorkerShard, RowsNoSliceReadsAreGivenBackAndReadAgainBitExactWhenASliceMoves) {
-    // n_embd 256, n_ff 512, q8_0: one expert's gate rows [256, 512) are 256 x 272 bytes = 17 pages,
-    // so giving back half of n_ff frees whole pages. Worker A gives back (its slices' rows kept 300 ms
-    // after their last request), worker B keeps everything (--keep-unsliced): the same requests must
-    // get the same bytes from both while A's slice moves, comes back after its rows were given back,
-    // and a whole-n_ff (rows plan) request comes in between. With anonymous memory a row given back
-    // and not read again reads zeros: any such bug changes A's bytes.
-    constexpr int64_t E = 256, F = 512;
-    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0", "--n-embd", "256", "--n-ff-exp", "512"});
+TEST(WorkerShard, OriginalsGivenBackAndReadAgainLeaveEveryResultBitExact) {
+    // Worker A gives back (a request keeps what it needed 300 ms), worker B keeps everything
+    // (--keep-unsliced). The same requests must get the same bytes from both while A packs a slice
+    // from its originals, gives them back, packs another slice from the file, reads the originals
+    // again for a whole-n_ff request (a rows plan), and gives them back again. With anonymous memory
+    // anything given back and not read again reads zeros: such a bug changes A's bytes.
+    const std::string model = shard_model();
     ASSERT_FALSE(model.empty());
     const std::string dir = test_dir("worker_shard_residency");
     WorkerProcess a, b;
     ASSERT_TRUE(a.start({"--model", model, "--bind", "ipc://" + dir + "/a.sock"}, dir, {{"MOEZIP_WORKER_FAULT", "unsliced_keep_ms=300"}}))
         << a.error();
     ASSERT_TRUE(b.start({"--model", model, "--bind", "ipc://" + dir + "/b.sock", "--keep-unsliced"}, dir)) << b.error();
-    const char * lo = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":1})";  // units [0, 256)
-    const char * hi = R"({"mode":"shard","shares":[0,0.5,0.5],"slice":2})";  // units [256, 512)
-    WorkerClient a_lo(a.endpoint(), a.instance(), lo), a_hi(a.endpoint(), a.instance(), hi), a_all(a.endpoint(), a.instance());
-    WorkerClient b_lo(b.endpoint(), b.instance(), lo), b_hi(b.endpoint(), b.instance(), hi), b_all(b.endpoint(), b.instance());
-    auto request = [&](int layer, uint32_t seed) {
-        ComputeRequest r = random_request(layer, 3, seed);
-        r.n_embd = (int32_t) E;
-        r.n_ff = (int32_t) F;
-        std::mt19937 rng(seed);
-        r.hidden.resize((size_t) (E * r.n_rows));
-        for (float & x : r.hidden) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-        return r;
-    };
+    WorkerClient a_lo(a.endpoint(), a.instance(), kPlanLo), a_hi(a.endpoint(), a.instance(), kPlanHi), a_all(a.endpoint(), a.instance());
+    WorkerClient b_lo(b.endpoint(), b.instance(), kPlanLo), b_hi(b.endpoint(), b.instance(), kPlanHi), b_all(b.endpoint(), b.instance());
     int step = 0;
-    // one request per layer through both workers on the clients given; the replies must be equal
-    auto both = [&](WorkerClient & ca, WorkerClient & cb, bool shard_lo, bool shard_hi) {
+    auto both = [&](Part p) {
         ++step;
+        WorkerClient & ca = p == Part::lo ? a_lo : p == Part::hi ? a_hi : a_all;
+        WorkerClient & cb = p == Part::lo ? b_lo : p == Part::hi ? b_hi : b_all;
         for (int layer = 0; layer < 2; ++layer) {
-            const ComputeRequest r = request(layer, (uint32_t) (100 + step * 2 + layer));
-            auto frames = [&](uint64_t instance) {
-                if (shard_lo) return shard_frames(r, instance, 0, (int32_t) F / 2);
-                if (shard_hi) return shard_frames(r, instance, (int32_t) F / 2, (int32_t) F / 2);
-                return compute_frames(compute_header(r, instance), r);
-            };
-            WorkerReply ra = ask(ca, frames(a.instance())), rb = ask(cb, frames(b.instance()));
+            const ComputeRequest r = shard_request(layer, (uint32_t) (100 + step * 2 + layer));
+            WorkerReply ra = ask(ca, part_frames(r, a.instance(), p)), rb = ask(cb, part_frames(r, b.instance(), p));
             ASSERT_EQ(ra.h.kind, (uint16_t) MsgKind::result) << "step " << step << ": " << ra.text();
             ASSERT_EQ(rb.h.kind, (uint16_t) MsgKind::result) << "step " << step << ": " << rb.text();
-            ASSERT_EQ(ra.frames[0].size(), (size_t) (E * r.n_rows * 4));
+            ASSERT_EQ(ra.frames[0].size(), (size_t) (kShardEmbd * r.n_rows * 4));
             EXPECT_EQ(memcmp(ra.frames[0].data(), rb.frames[0].data(), ra.frames[0].size()), 0)
-                << "step " << step << " layer " << layer << ": the worker that gave rows back computed other bytes";
+                << "step " << step << " layer " << layer << ": the worker that gave its originals back computed other bytes";
         }
     };
-    const uint64_t rss_before = rss_bytes(a.pid());
-    both(a_lo, b_lo, true, false);   // A gives back rows [256, 512) and, its packed copy made, all of down
+    both(Part::lo);     // packed from the originals, which then go
     const uint64_t rss_a = rss_bytes(a.pid()), rss_b = rss_bytes(b.pid());
-    // 2 layers x 8 experts x (gate + up rows [256, 512): 69632 bytes each + down: 139264 bytes)
-    const uint64_t expert_half = 2 * 8 * (2 * 69632 + 139264);
-    EXPECT_GT(rss_b, rss_a + expert_half / 2) << "A " << rss_a << " B " << rss_b << " bytes (A before " << rss_before << ")";
-    both(a_hi, b_hi, false, true);   // the slice moved: rows [256, 512) and down read again
-    both(a_all, b_all, false, false);  // whole n_ff (another coordinator's rows plan): everything read again
+    EXPECT_GT(rss_b, rss_a + kShardOriginals / 2) << "A " << rss_a << " B " << rss_b << " bytes";
+    both(Part::hi);     // packed from the file
+    both(Part::whole);  // the originals read again
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    both(a_lo, b_lo, true, false);   // the other slices expired: given back again
+    both(Part::lo);     // only this slice in the last 300 ms, its copies held: given back again
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    both(a_hi, b_hi, false, true);   // read again
-    both(a_lo, b_lo, true, false);   // both slices now in use: rows [0, 256) were still held
+    both(Part::hi);     // its copies still held (two slices per layer)
+    both(Part::whole);  // read again
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
     ASSERT_EQ(b.stop(SIGTERM, 5000), 0);
-    const std::string ea = a.stderr_text(), eb = b.stderr_text();
-    const size_t at = ea.find("shard rows given back ");
-    ASSERT_NE(at, std::string::npos) << ea;
     unsigned long long given = 0, again = 0;
-    ASSERT_EQ(sscanf(ea.c_str() + at, "shard rows given back %llu bytes (read again %llu)", &given, &again), 2) << ea;
-    // at least the whole pages inside each range, three times given back (steps 1, 4 and the down of 1)
-    EXPECT_GE(given, expert_half) << ea;
-    EXPECT_GE(again, expert_half) << "the rows and down given back were read from the file again: " << ea;
-    EXPECT_EQ(eb.find("shard rows given back"), std::string::npos) << "--keep-unsliced gives nothing back: " << eb;
+    ASSERT_TRUE(given_back(a.stderr_text(), given, again)) << a.stderr_text();
+    // every tensor's mapping is whole pages: given back twice, read again twice, to the byte
+    EXPECT_EQ(given, 2 * kShardOriginals) << a.stderr_text();
+    EXPECT_EQ(again, 2 * kShardOriginals) << a.stderr_text();
+    EXPECT_FALSE(given_back(b.stderr_text(), given, again)) << "--keep-unsliced gives nothing back: " << b.stderr_text();
+    EXPECT_NE(b.stderr_text().find("shard slices packed "), std::string::npos) << b.stderr_text();
+}
+
+TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
+    // Once the originals are given back, new slices and whole requests read the file: if it changed
+    // since load, its bytes are not the ones hello_ok's digests named. Refused, by name.
+    const std::string dir = test_dir("worker_shard_file_changed");
+    const std::string model = dir + "/m.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", shard_model(), model}).exit_code, 0);
+    WorkerProcess a;
+    ASSERT_TRUE(a.start({"--model", model, "--bind", "ipc://" + dir + "/a.sock"}, dir, {{"MOEZIP_WORKER_FAULT", "unsliced_keep_ms=300"}}))
+        << a.error();
+    WorkerClient lo(a.endpoint(), a.instance(), kPlanLo), hi(a.endpoint(), a.instance(), kPlanHi), all(a.endpoint(), a.instance());
+    const ComputeRequest r = shard_request(0, 7);
+    ASSERT_EQ(ask(lo, part_frames(r, a.instance(), Part::lo)).h.kind, (uint16_t) MsgKind::result);  // originals given back
+    ASSERT_EQ(run_command({"/usr/bin/touch", "-d", "2001-01-01", model}).exit_code, 0);  // the file "changed"
+    for (Part p : {Part::hi, Part::whole}) {
+        WorkerReply rep = ask(p == Part::hi ? hi : all, part_frames(r, a.instance(), p));
+        ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << rep.text();
+        EXPECT_NE(rep.text().find("changed on disk since this worker loaded it"), std::string::npos) << rep.text();
+        EXPECT_NE(rep.text().find(model), std::string::npos) << rep.text();
+    }
+    EXPECT_EQ(ask(lo, part_frames(r, a.instance(), Part::lo)).h.kind, (uint16_t) MsgKind::result)
+        << "the slice packed before the change is still served";
 }
 
 TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {

@@ -59,6 +59,13 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
                                     w.down_slice->ne[1] != n_embd || w.down_slice->ne[2] != n_expert ||
                                     w.down_slice->op_params[0] != (int32_t) w.ff_first || w.down_slice->op_params[1] != (int32_t) w.ff_count))
         return Status::invalid_argument("the packed down slice does not match the n_ff slice");
+    if ((w.gate_slice != nullptr) != (w.up_slice != nullptr)) return Status::invalid_argument("a packed gate slice needs a packed up slice");
+    for (const ggml_tensor * t : {w.gate_slice, w.up_slice})
+        if (t != nullptr && (!sliced || t->type != w.gate_exps->type || t->ne[0] != n_embd || t->ne[1] != w.ff_count ||
+                             t->ne[2] != n_expert || t->op_params[0] != (int32_t) w.ff_first || t->op_params[1] != (int32_t) w.ff_count))
+            return Status::invalid_argument("a packed gate/up slice does not match the n_ff slice");
+    if (w.gate_slice != nullptr && w.up_slice->type != w.up_exps->type)
+        return Status::invalid_argument("a packed gate/up slice does not match the n_ff slice");
     if (sliced) {
         if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
             return Status::unsupported("an n_ff slice of repacked expert weights (their rows are interleaved)");
@@ -84,8 +91,8 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     ggml_tensor * up_w = external_tensor(api_, ctx, w.up_exps);
     ggml_tensor * down_w = external_tensor(api_, ctx, w.down_exps);
     if (sliced && gate_w && up_w && down_w) {
-        gate_w = slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
-        up_w = slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
+        gate_w = w.gate_slice != nullptr ? external_tensor(api_, ctx, w.gate_slice) : slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
+        up_w = w.up_slice != nullptr ? external_tensor(api_, ctx, w.up_slice) : slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
         down_w = w.down_slice != nullptr ? external_tensor(api_, ctx, w.down_slice)
                                          : slice_tensor(api_, ctx, w.down_exps, 0, w.ff_first, w.ff_count);
     }

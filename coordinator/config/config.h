@@ -120,7 +120,7 @@ struct WorkerServerConfig {
     int threads = 1;                  ///< compute threads, 1..256; default 1
     bool mmap = false;                ///< map the weights instead of loading them into memory; default false
     bool repack = false;              ///< served experts in the CPU_REPACK layout (moezip-worker --repack); default false
-    bool keep_unsliced = false;       ///< shard mode: keep rows no slice reads (moezip-worker --keep-unsliced); default false
+    bool keep_unsliced = false;       ///< shard mode: keep the original expert tensors (moezip-worker --keep-unsliced); default false
     // -- security (docs/security.md; the same as moezip-worker's flags) --
     std::string key;                  ///< this worker's CURVE key file; default "" (plain)
     std::vector<std::string> allow;   ///< files of coordinator public keys admitted; default none

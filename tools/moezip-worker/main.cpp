@@ -44,7 +44,7 @@ struct WorkerSettings {
     int threads = 1;
     bool use_mmap = false;
     bool repack = false;             ///< served experts in the CPU backend's CPU_REPACK layout, as the engine loads them
-    bool keep_unsliced = false;      ///< shard mode: keep the rows no coordinator's slice reads
+    bool keep_unsliced = false;      ///< shard mode: keep the original expert tensors (slice_residency.h)
     std::string key;                 ///< key file; "" = plain
     std::vector<std::string> allow;  ///< public-key files of admitted coordinators
     bool insecure = false;
@@ -146,8 +146,8 @@ int main(int argc, char ** argv) {
     app.add_flag("--mmap", use_mmap, "map the model file instead of reading the served experts into memory");
     app.add_flag("--repack", repack, "hold the served experts in the CPU backend's repacked layout (CPU_REPACK), as llama.cpp "
                                      "loads Q4_0/Q4_K/IQ4_NL weights by default: for hosts that do not run with --no-repack");
-    app.add_flag("--keep-unsliced", keep_unsliced, "shard mode: keep every row of the experts in memory, not only the n_ff "
-                                                   "slices coordinators compute here (the rest is given back by default)");
+    app.add_flag("--keep-unsliced", keep_unsliced, "shard mode: keep the original expert tensors in memory (by default a layer's "
+                                                   "originals are given back once its requests compute from packed copies of their slices)");
     app.add_option("--engine", engine_dir, "the host's llama.cpp: its lib folder, CMake build folder or node-llama-cpp install "
                                            "(default: the engine moezip was built for)");
     app.add_option("--config", config_path, "moezip TOML file: its [worker_server] table gives defaults, flags override it");

@@ -1,60 +1,57 @@
-// moezip-worker: in shard mode only the n_ff slices coordinators compute here stay in memory.
+// moezip-worker: in shard mode the originals of a layer's expert tensors leave memory once every
+// slice in use computes from its packed copies (worker_slices.h).
 //
-// A shard request asks for units [first, first + count) of every expert's n_ff (worker_compute.h).
-// It reads those rows of ffn_gate_exps and ffn_up_exps ([n_embd, n_ff, n_expert]: row r of expert e
-// is bytes e*nb[2] + r*nb[1] .. + nb[1], ggml.h) and, through the packed copy of the slice
-// (coordinator/compute/down_slice.h), none of ffn_down_exps. Holding the rest would make every shard
-// worker keep the whole model, so the machines' memory would not add up. After a request, rows that
-// no slice asked for in the last kKeepMs and, once its packed copy exists and one slice is in use,
-// all of down, are given back (madvise MADV_DONTNEED on the pages wholly inside them).
+// A shard worker loads every expert's whole n_ff (the digests of hello_ok are of all of it), then
+// computes each shard request from packed copies of its slice. Holding the originals as well would
+// make every shard worker keep the whole model plus the copies, and the machines' memory would not
+// add up. So after a request, when within the last keep_ms only shard requests came for the layer
+// and the packed copies of each of their slices are held, the originals of gate, up and down (all
+// served experts) are given back: madvise MADV_DONTNEED, and no huge pages for them any more
+// (khugepaged would fill the range again with zeroed huge pages otherwise).
 //
-// What was given back is read again before any request needs it: anonymous memory (the default
-// load) would read zeros, so every range is tracked, conservatively: a range counts as given back
-// even where its edge pages stayed, and reading it again rewrites the same bytes. A file mapping
-// (--mmap) reads the file again by itself; the tracking then only avoids needless madvise calls.
-// Requests of other modes (rows, experts) need every row and down: they read everything back and
-// keep it for kKeepMs. Layers held in another layout (--repack) are never given back.
+// A request that reads the originals (rows or experts mode, from another coordinator) reads them
+// from the file again first (anonymous memory, the default load, reads zeros once given back; a
+// file mapping, --mmap, reads the file again by itself), and keeps them for keep_ms. New slices are
+// packed from the file while the originals are away. Layers held in another layout (--repack) or
+// with biases are never given back.
 #pragma once
 
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/unit_intervals.h"
 #include "tools/moezip-worker/worker_model.h"
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
-#include <utility>
 #include <vector>
 
 namespace moezip {
 
 class SliceResidency {
 public:
-    /// How long a slice asked for keeps its rows after its last request, ms: a slice that moved
-    /// (local_share = "auto") or a second coordinator's slice is not read back at every request.
+    /// How long a request keeps what it needed after it, ms: a slice that moved (local_share =
+    /// "auto"), a second coordinator's slice or a rows/experts coordinator keeps the originals.
     static constexpr int kKeepMs = 10000;
 
     /// `enabled` false: nothing is ever given back (--keep-unsliced). `keep_ms`: kKeepMs, or a
     /// shorter time for tests (the worker's fault switch unsliced_keep_ms).
     SliceResidency(const WorkerModel & model, bool enabled, int keep_ms = kKeepMs) : model_(model), enabled_(enabled), keep_ms_(keep_ms) {}
 
-    /// Before computing layer `l` with units [first, first + count) of n_ff (a non-shard request:
-    /// 0, n_ff): reads back the rows of that slice that were given back, and all of down when
-    /// `need_down` (its packed copy for this slice is not held, or the request is not a shard one).
-    /// Errors: io_error from reading the file (the request is then refused; nothing half-read is
-    /// counted as held).
-    Status before(const WorkerLayer & l, int64_t first, int64_t count, bool need_down);
-    /// After computing it: records the slice (`whole`: a non-shard request) and gives back the rows
-    /// no slice of the last keep_ms asks for, and down when `down_packed` (the packed copy of this
-    /// slice is held) and this is the only slice in use. `now` is for tests.
-    void after(const WorkerLayer & l, int64_t first, int64_t count, bool whole, bool down_packed,
+    /// True while layer l's originals are in memory (always, unless given back).
+    bool originals_held(const WorkerLayer & l) const;
+    /// Before a request that computes from the originals: reads them back from the file if they
+    /// were given back. Errors: io_error (file unreadable, or changed since load: nothing read, the
+    /// request is refused and the originals stay marked as given back).
+    Status before_whole(const WorkerLayer & l);
+    /// After a request of layer l: a shard one over units [first, first + count), or `whole`.
+    /// Gives the originals back when every request of the last keep_ms was a shard one and
+    /// `packed_held(first, count)` is true for each of their slices. `now` is for tests.
+    void after(const WorkerLayer & l, int64_t first, int64_t count, bool whole,
+               const std::function<bool(int64_t, int64_t)> & packed_held,
                std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
     uint64_t released_bytes() const { return released_bytes_; }  ///< pages given back (madvise), bytes
     uint64_t reread_bytes() const { return reread_bytes_; }      ///< bytes read again from the file
-    /// Rows of gate/up held now for layer il (what the next request of it may use without reading).
-    UnitIntervals held_rows(int il) const;
-    bool down_held(int il) const;
 
 private:
     struct Seen {
@@ -63,14 +60,10 @@ private:
         std::chrono::steady_clock::time_point last;
     };
     struct LayerState {
-        UnitIntervals held;       // gate/up rows held (the same for both tensors)
-        bool down_held = true;
-        std::vector<Seen> seen;   // slices asked for, with their last request
+        bool held = true;
+        std::vector<Seen> seen;  // requests of the last keep_ms, one entry per slice (or whole)
     };
-    LayerState & state(const WorkerLayer & l);
     bool manages(const WorkerLayer & l) const;
-    Status read_rows(const WorkerLayer & l, const UnitIntervals & rows);
-    void give_back_rows(const WorkerLayer & l, const UnitIntervals & rows);
 
     const WorkerModel & model_;
     const bool enabled_;

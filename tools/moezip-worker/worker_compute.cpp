@@ -106,14 +106,22 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     }
     const bool shard = h.n_frames == 4;
     int64_t ff_first = 0, ff_count = l->n_ff;
-    if (shard) request_slice_of(frames[3], ff_first, ff_count);
-    // rows given back after earlier shard requests are read again first (slice_residency.h)
-    Status st = residency_.before(*l, ff_first, ff_count, !shard || !down_slices_.holds((uint64_t) h.layer, w.down_exps, ff_first, ff_count));
-    if (!st) return st;
-    if (shard) {  // a partial sum over this slice, its down columns read packed
+    Status st = Status::ok();
+    if (shard) {  // a partial sum over this slice, from packed copies of it (worker_slices.h)
+        request_slice_of(frames[3], ff_first, ff_count);
         w.ff_first = ff_first;
         w.ff_count = ff_count;
-        w.down_slice = down_slices_.get((uint64_t) h.layer, w.down_exps, w.ff_first, w.ff_count);
+        if (slices_.packs(*l)) {
+            const WorkerSlices::Packed * p = nullptr;
+            st = slices_.get(*l, ff_first, ff_count, residency_.originals_held(*l), p);
+            if (!st) return st;
+            w.gate_slice = &p->gate;
+            w.up_slice = &p->up;
+            w.down_slice = &p->down;
+        }
+    } else {
+        st = residency_.before_whole(*l);  // the originals, read back if shard mode gave them back
+        if (!st) return st;
     }
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
         SlotBatch b;
@@ -128,7 +136,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         st = compute_pairs(w, h, hidden, ids, weights, n_pairs, slots);
     }
     if (!st) return st;
-    residency_.after(*l, ff_first, ff_count, !shard, w.down_slice != nullptr);
+    residency_.after(*l, ff_first, ff_count, !shard, [&](int64_t f, int64_t c) { return slices_.holds(l->il, f, c); });
     if (!want_slots && n_pairs == n_used * n_rows) moe_sum_slots(slots, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
     else if (!want_slots) sum_valid_slots(slots, ids, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
 

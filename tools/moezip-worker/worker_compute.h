@@ -14,12 +14,12 @@
 //             chain in build_moe_ffn, src/llama-graph.cpp); zeros for a row without a valid slot.
 #pragma once
 
-#include "coordinator/compute/down_slice.h"
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
 #include "tools/moezip-worker/request_check.h"
 #include "tools/moezip-worker/slice_residency.h"
+#include "tools/moezip-worker/worker_slices.h"
 #include "tools/moezip-worker/worker_budget.h"
 #include "tools/moezip-worker/worker_model.h"
 #include "tools/moezip-worker/worker_plan.h"
@@ -33,8 +33,8 @@ namespace moezip {
 
 class WorkerCompute {
 public:
-    /// `release_unsliced`: in shard mode, give back the rows and down weights no recent slice
-    /// reads (slice_residency.h); false keeps the whole model (--keep-unsliced).
+    /// `release_unsliced`: in shard mode, give back the originals once every slice in use computes
+    /// from its packed copies (slice_residency.h); false keeps them (--keep-unsliced).
     /// `keep_ms`: how long a slice's rows outlive its last request (SliceResidency::kKeepMs).
     WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads, bool release_unsliced = true,
                   int keep_ms = SliceResidency::kKeepMs)
@@ -64,6 +64,8 @@ public:
     const RequestShape & shape() const { return shape_; }
     /// What shard mode gave back and read again (bytes).
     const SliceResidency & residency() const { return residency_; }
+    /// Shard mode's packed slices (bytes held).
+    const WorkerSlices & slices() const { return slices_; }
 
 private:
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
@@ -73,7 +75,7 @@ private:
     const WorkerModel & model_;
     const GgmlApi & api_;
     MoeExecutor exec_;
-    DownSliceCopies down_slices_{api_};               // shard mode: per layer, the planned down columns packed
+    WorkerSlices slices_{model_, api_};               // shard mode: packed copies of the slices asked for
     RequestShape shape_;
     SliceResidency residency_;
     std::vector<float> slots_;                        // [n_embd, n_pairs] when the reply is row_sums

@@ -187,11 +187,15 @@ Status WorkerModel::place_mmap() {
 }
 
 Status WorkerModel::read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) const {
+    return read_into(t, start, want, base + start);
+}
+
+Status WorkerModel::read_into(const ggml_tensor * t, uint64_t start, uint64_t want, uint8_t * dst) const {
     const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
     const uint64_t off = loc(t).offset;
     uint64_t done = 0;
     while (done < want) {
-        ssize_t n = pread(part.fd, base + start + done, want - done, (off_t) (off + start + done));
+        ssize_t n = pread(part.fd, dst + done, want - done, (off_t) (off + start + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
             return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
@@ -212,9 +216,35 @@ uint64_t WorkerModel::give_back(const ggml_tensor * t, uint64_t start, uint64_t 
     return b - a;
 }
 
+Status WorkerModel::file_unchanged() const {
+    const auto & parts = parts_.parts();
+    for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) {
+        struct stat st;
+        if (fstat(parts[i].fd, &st) != 0) return Status::io_error("model " + parts[i].path + ": fstat: " + strerror(errno));
+        if ((int64_t) st.st_size != file_stamps_[i].first || st.st_mtim.tv_sec != file_stamps_[i].second.tv_sec ||
+            st.st_mtim.tv_nsec != file_stamps_[i].second.tv_nsec)
+            return Status::io_error("model " + parts[i].path + " changed on disk since this worker loaded it (size or modification "
+                                    "time): its bytes are no longer the ones hello_ok's digests name; restart the worker");
+    }
+    return Status::ok();
+}
+
+Status WorkerModel::read_file(const ggml_tensor * t, uint64_t start, uint64_t bytes, void * dst) const {
+    Status st = file_unchanged();
+    if (!st) return st;
+    return read_into(t, start, bytes, static_cast<uint8_t *>(dst));
+}
+
 Status WorkerModel::read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const {
     if (mapped_) return Status::ok();
+    Status st = file_unchanged();
+    if (!st) return st;
+    madvise(t->data, api_->ggml_nbytes(t), MADV_HUGEPAGE);  // as at load; fails harmlessly without THP
     return read_range(t, static_cast<uint8_t *>(t->data), start, bytes);
+}
+
+void WorkerModel::no_huge_pages(const ggml_tensor * t) const {
+    if (!mapped_) madvise(t->data, api_->ggml_nbytes(t), MADV_NOHUGEPAGE);
 }
 
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
@@ -362,6 +392,11 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     if (opt.repack != nullptr && opt.repack->buft == nullptr)
         return Status::unsupported("--repack: this engine's CPU backend has no CPU_REPACK buffer type (no repacked kernels "
                                    "for this CPU or build), so its host does not repack either");
+    for (const GgufPart & p : parts_.parts()) {  // what file_unchanged() compares with
+        struct stat fs;
+        if (fstat(p.fd, &fs) != 0) return Status::io_error("model " + p.path + ": fstat: " + strerror(errno));
+        file_stamps_.emplace_back((int64_t) fs.st_size, fs.st_mtim);
+    }
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     mapped_ = opt.use_mmap;
     if (!st) return st;

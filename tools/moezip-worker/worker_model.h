@@ -37,6 +37,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -122,8 +123,19 @@ public:
     /// the tensors hold when computed on is the file's either way.
     uint64_t give_back(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
     /// Reads bytes [start, start + bytes) of expert tensor t from the file into its memory again
-    /// (anonymous memory; nothing to do for the mapping). Errors: io_error naming file and tensor.
+    /// (anonymous memory, huge pages asked for again; nothing to do for the mapping). Errors:
+    /// io_error naming file and tensor, or the file changed since load (file_unchanged).
     Status read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
+    /// Reads bytes [start, start + bytes) of expert tensor t from the file into dst. Errors as read_again.
+    Status read_file(const ggml_tensor * t, uint64_t start, uint64_t bytes, void * dst) const;
+    /// Anonymous memory only: asks for no huge pages over all of t's memory (after its pages were
+    /// given back: khugepaged would otherwise fill them again with zeroed huge pages).
+    void no_huge_pages(const ggml_tensor * t) const;
+    /// ok while every file of the model has the size and modification time it had at load; else
+    /// io_error naming the file: bytes read from it now would not be the ones the digests were made
+    /// of (hello_ok), so nothing is read again (fstat on the open descriptor: a file replaced by
+    /// rename is not seen, the descriptor still reads the old one).
+    Status file_unchanged() const;
 
 private:
     Status find_layers();
@@ -132,6 +144,7 @@ private:
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
     Status read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes) const;
+    Status read_into(const ggml_tensor * t, uint64_t start, uint64_t bytes, uint8_t * dst) const;
     Status repack_layers(const WorkerRepackApi & rp);
     ggml_tensor * served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes);
     Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);
@@ -151,6 +164,7 @@ private:
     uint64_t served_bytes_ = 0;
     std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own
     bool mapped_ = false;                          // expert tensors point into the file's mapping
+    std::vector<std::pair<int64_t, struct timespec>> file_stamps_;  // per part: size and mtime at load
     ggml_context * ctx_ = nullptr;                 // repack: metadata of the served-experts tensors
     const WorkerRepackApi * repack_ = nullptr;
     std::vector<ggml_backend_buffer_t> repack_buffers_;

@@ -157,6 +157,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
         usleep((useconds_t) (us * (opt_.faults.slow - 1)));
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
+    c_.shard_packed_max = compute_.slices().max_bytes();
     c_.unsliced_released = compute_.residency().released_bytes();
     c_.unsliced_reread = compute_.residency().reread_bytes();
     if (st) {
@@ -373,7 +374,8 @@ std::string worker_counters_text(const WorkerCounters & c) {
            ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")") +
            (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
            (c.trims ? ", buffers released " + std::to_string(c.trims) : "") +
-           (c.unsliced_released ? ", shard rows given back " + std::to_string(c.unsliced_released) + " bytes (read again " +
+           (c.shard_packed_max ? ", shard slices packed " + std::to_string(c.shard_packed_max) + " bytes at most" : "") +
+           (c.unsliced_released ? ", originals given back " + std::to_string(c.unsliced_released) + " bytes (read again " +
                                       std::to_string(c.unsliced_reread) + ")"
                                 : "") +
            (c.plans_evicted_idle + c.plans_evicted_active

@@ -1,0 +1,137 @@
+#include "tools/moezip-worker/worker_slices.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+namespace {
+
+// A tensor header for `data`: dense strides over ne, the slice in op_params.
+void describe(ggml_tensor & t, const ggml_tensor * like, int64_t ne0, int64_t ne1, int64_t ne2, size_t row, void * data,
+              int64_t first, int64_t count) {
+    t = ggml_tensor{};
+    t.type = like->type;
+    t.ne[0] = ne0;
+    t.ne[1] = ne1;
+    t.ne[2] = ne2;
+    t.ne[3] = 1;
+    t.nb[0] = like->nb[0];
+    t.nb[1] = row;
+    t.nb[2] = row * (size_t) ne1;
+    t.nb[3] = t.nb[2] * (size_t) ne2;
+    t.data = data;
+    memcpy(t.name, like->name, sizeof t.name);
+    t.op_params[0] = (int32_t) first;
+    t.op_params[1] = (int32_t) count;
+}
+
+Status reserve(size_t bytes, const ggml_tensor * of, void *& out) {
+    void * p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return Status::io_error(std::string("packing a shard slice of ") + of->name + ": " + strerror(errno));
+    madvise(p, bytes, MADV_HUGEPAGE);  // the kernels stream these: as the worker's own weights (a hint)
+    out = p;
+    return Status::ok();
+}
+
+} // namespace
+
+WorkerSlices::Buffer::~Buffer() {
+    if (data != nullptr) munmap(data, std::max<size_t>(size, 1));
+}
+
+bool WorkerSlices::packs(const WorkerLayer & l) const {
+    return !l.repacked && l.local_of.empty() && l.gate_b == nullptr && l.up_b == nullptr && l.down_b == nullptr &&
+           l.gate_exps != nullptr && l.up_exps != nullptr && l.down_exps != nullptr;
+}
+
+// gate or up: rows [first, first + count) of every served expert, one block of count rows each
+Status WorkerSlices::pack_rows(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const {
+    const size_t row = src->nb[1], slab = row * (size_t) count;
+    const int64_t n_expert = src->ne[2];
+    b.size = slab * (size_t) n_expert;
+    Status st = reserve(b.size, src, b.data);
+    if (!st) return st;
+    uint8_t * dst = static_cast<uint8_t *>(b.data);
+    for (const ExpertRange & r : model_.served())
+        for (int64_t e = r.first; e <= r.last; ++e) {
+            const uint64_t at = (uint64_t) e * src->nb[2] + (uint64_t) first * row;
+            if (from_memory) memcpy(dst + (size_t) e * slab, static_cast<const uint8_t *>(src->data) + at, slab);
+            else if (!(st = model_.read_file(src, at, slab, dst + (size_t) e * slab))) return st;
+        }
+    describe(t, src, src->ne[0], count, n_expert, row, b.data, first, count);
+    return Status::ok();
+}
+
+// down: units [first, first + count) of every row of every served expert, rows packed one after another
+Status WorkerSlices::pack_down(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const {
+    const int64_t n_embd = src->ne[1], n_expert = src->ne[2];
+    const int64_t blk = api_.ggml_blck_size(src->type);
+    const size_t type_size = api_.ggml_type_size(src->type);
+    const size_t part = (size_t) (count / blk) * type_size, at = (size_t) (first / blk) * type_size;
+    b.size = part * (size_t) (n_embd * n_expert);
+    Status st = reserve(b.size, src, b.data);
+    if (!st) return st;
+    uint8_t * dst = static_cast<uint8_t *>(b.data);
+    std::vector<uint8_t> bounce;  // one expert read from the file
+    for (const ExpertRange & r : model_.served())
+        for (int64_t e = r.first; e <= r.last; ++e) {
+            const uint8_t * expert = static_cast<const uint8_t *>(src->data) + (size_t) e * src->nb[2];
+            if (!from_memory) {
+                bounce.resize(src->nb[2]);
+                if (!(st = model_.read_file(src, (uint64_t) e * src->nb[2], src->nb[2], bounce.data()))) return st;
+                expert = bounce.data();
+            }
+            for (int64_t i = 0; i < n_embd; ++i)
+                memcpy(dst + ((size_t) e * (size_t) n_embd + (size_t) i) * part, expert + (size_t) i * src->nb[1] + at, part);
+        }
+    describe(t, src, count, n_embd, n_expert, part, b.data, first, count);
+    return Status::ok();
+}
+
+Status WorkerSlices::make(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, Copy & c) const {
+    Status st = pack_rows(l.gate_exps, first, count, from_memory, c.gate, c.packed.gate);
+    if (st) st = pack_rows(l.up_exps, first, count, from_memory, c.up, c.packed.up);
+    if (st) st = pack_down(l.down_exps, first, count, from_memory, c.down, c.packed.down);
+    return st;
+}
+
+Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out) {
+    out = nullptr;
+    const Key key{l.il, {first, count}};
+    auto it = copies_.find(key);
+    if (it == copies_.end()) {
+        // the least recently used slice of this layer goes first (before the new copy is made)
+        int held = 0;
+        auto oldest = copies_.end();
+        for (auto j = copies_.begin(); j != copies_.end(); ++j) {
+            if (j->first.first != l.il) continue;
+            ++held;
+            if (oldest == copies_.end() || j->second->last_use < oldest->second->last_use) oldest = j;
+        }
+        if (held >= kPerLayer) copies_.erase(oldest);
+        auto c = std::make_unique<Copy>();
+        Status st = make(l, first, count, from_memory, *c);
+        if (!st) return st;
+        it = copies_.emplace(key, std::move(c)).first;
+        max_bytes_ = std::max(max_bytes_, bytes());
+    }
+    it->second->last_use = ++clock_;
+    out = &it->second->packed;
+    return Status::ok();
+}
+
+bool WorkerSlices::holds(int il, int64_t first, int64_t count) const { return copies_.count(Key{il, {first, count}}) != 0; }
+
+uint64_t WorkerSlices::bytes() const {
+    uint64_t n = 0;
+    for (const auto & kv : copies_) n += kv.second->gate.size + kv.second->up.size + kv.second->down.size;
+    return n;
+}
+
+} // namespace moezip

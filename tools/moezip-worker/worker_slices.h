@@ -1,0 +1,80 @@
+// moezip-worker: shard mode computes from packed copies of its n_ff slice of all three expert tensors.
+//
+// A shard request asks for units [first, first + count) of every expert's n_ff (worker_compute.h).
+// Its part of ffn_gate_exps and ffn_up_exps ([n_embd, n_ff, n_expert]: row r of expert e at e*nb[2] +
+// r*nb[1], ggml.h) is `count` whole rows per expert; its part of ffn_down_exps ([n_ff, n_embd,
+// n_expert]) is a piece of every row (coordinator/compute/down_slice.h says why that is packed). Each
+// is copied into a dense tensor of its own ([n_embd, count, n_expert] and [count, n_embd, n_expert],
+// op_params[0..1] = first, count, which MoeExecutor checks), in memory asking for huge pages. The
+// copies hold the same quantization blocks in the same order, so the results are the bits of the
+// in-place views; and with them the originals need not stay in memory (slice_residency.h).
+//
+// Copies are made from the originals while they are held, else from the model file (pread; the file
+// must be unchanged since load, WorkerModel::file_unchanged). Up to kPerLayer slices per layer are
+// kept (two coordinators with different slices do not replace each other's copies at every call);
+// the least recently used one goes first.
+#pragma once
+
+#include "coordinator/base/status.h"
+#include "tools/moezip-worker/worker_model.h"
+
+#include "ggml.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+
+namespace moezip {
+
+class WorkerSlices {
+public:
+    static constexpr int kPerLayer = 2;
+
+    WorkerSlices(const WorkerModel & model, const GgmlApi & api) : model_(model), api_(api) {}
+
+    /// The packed gate, up and down of one slice of one layer.
+    struct Packed {
+        ggml_tensor gate{}, up{}, down{};
+    };
+
+    /// True when layer l can be packed: GGUF layout in the model's memory (not --repack), no biases.
+    bool packs(const WorkerLayer & l) const;
+    /// The copies of layer l's units [first, first + count), made now if not held (from the
+    /// originals when `from_memory`, else from the file). `first` and `count` were checked against
+    /// n_ff and the block size (request_check). Errors: io_error (no memory for the copies, the file
+    /// unreadable or changed since load; nothing is kept then).
+    Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out);
+    /// True when the copies of that slice are held.
+    bool holds(int il, int64_t first, int64_t count) const;
+    /// Bytes of every copy held now, and the most held at once.
+    uint64_t bytes() const;
+    uint64_t max_bytes() const { return max_bytes_; }
+
+private:
+    struct Buffer {  // an anonymous mapping of its own: freed whole when the copy goes
+        void * data = nullptr;
+        size_t size = 0;
+        Buffer() = default;
+        Buffer(const Buffer &) = delete;
+        Buffer & operator=(const Buffer &) = delete;
+        ~Buffer();
+    };
+    struct Copy {
+        Packed packed;
+        Buffer gate, up, down;
+        uint64_t last_use = 0;
+    };
+    using Key = std::pair<int, std::pair<int64_t, int64_t>>;  // layer, (first, count)
+
+    Status make(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, Copy & c) const;
+    Status pack_rows(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const;
+    Status pack_down(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const;
+
+    const WorkerModel & model_;
+    const GgmlApi & api_;
+    std::map<Key, std::unique_ptr<Copy>> copies_;
+    uint64_t clock_ = 0, max_bytes_ = 0;
+};
+
+} // namespace moezip
