@@ -77,9 +77,9 @@ FUZZ_TARGETS := config request reply
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/fuzz_test.cpp only
 FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) coordinator/base/status.cpp \
                     coordinator/base/log.cpp
-FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request_check.cpp coordinator/wire/protocol.cpp \
+FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request/request_check.cpp coordinator/wire/protocol.cpp \
                     coordinator/config/expert_range.cpp coordinator/base/status.cpp \
-                    tools/moezip-worker/worker_plan.cpp tools/moezip-worker/worker_budget.cpp coordinator/modes/split.cpp
+                    tools/moezip-worker/request/worker_plan.cpp tools/moezip-worker/request/worker_budget.cpp coordinator/modes/split.cpp
 FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp
 FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
 FUZZ_SECONDS ?= 300
@@ -119,8 +119,9 @@ $(PRELOAD_LIB): $(PRELOAD_SHIMS:%.cpp=$(BUILD)/obj/%.o) $(CORE_LIB) preload/expo
 	$(CXX) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
 	  -Wl,--version-script=preload/exports.map -Wl,--no-undefined -static-libstdc++ -static-libgcc $(SYS_LIBS)
 
-# objects of tools/<name>/*.cpp (a function, so that its % is not taken for the rule's stem)
-tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp))
+# objects of tools/<name>/*.cpp and of its subfolders, one level (a function, so that its % is not
+# taken for the rule's stem)
+tool_objs = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/$(1)/*.cpp tools/$(1)/*/*.cpp))
 # keep tool objects: make would otherwise delete them as intermediates and recompile every time
 .SECONDARY:
 .SECONDEXPANSION:
@@ -148,7 +149,7 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
 # worker code tested in-process (the budget estimate against the executor, the plan table)
-TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/,worker_budget.o worker_plan.o request_check.o)
+TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/request/,worker_budget.o worker_plan.o request_check.o)
 $(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main

@@ -75,7 +75,7 @@ struct WorkerReply {
     std::string text(size_t i = 0) const;
 };
 
-/// The plan a test client states in its hello (tools/moezip-worker/worker_plan.h): whole n_ff,
+/// The plan a test client states in its hello (tools/moezip-worker/request/worker_plan.h): whole n_ff,
 /// any served expert.
 constexpr const char * kRowsPlan = R"({"mode":"rows"})";
 

@@ -6,8 +6,8 @@
 #include "provider_map/expert_digest.h"
 #include "tests/test_support.h"
 #include "tests/worker_harness.h"
-#include "tools/moezip-worker/worker_budget.h"
-#include "tools/moezip-worker/worker_plan.h"
+#include "tools/moezip-worker/request/worker_budget.h"
+#include "tools/moezip-worker/request/worker_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -48,7 +48,7 @@ struct ExpertWeights {
     const ggml_tensor * down_slice = nullptr;
     /// Shard mode, optional (set both or neither): gate's and up's rows [ff_first, ff_first +
     /// ff_count) packed [n_embd, ff_count, n_expert] (op_params[0..1] = ff_first, ff_count; a worker's
-    /// own copies, tools/moezip-worker/worker_slices.h), read instead of row views of gate_exps and
+    /// own copies, tools/moezip-worker/model/worker_slices.h), read instead of row views of gate_exps and
     /// up_exps: the same rows, so the same bits, and the originals need not stay in memory.
     const ggml_tensor * gate_slice = nullptr, * up_slice = nullptr;
 };

@@ -9,9 +9,9 @@
 // both. A hello's JSON is read as a plan (worker_plan_parse), as the server does.
 #include "tests/fuzz/fuzz_message.h"
 #include "ggml.h"  // enum ggml_glu_op (values only)
-#include "tools/moezip-worker/request_check.h"
-#include "tools/moezip-worker/worker_budget.h"
-#include "tools/moezip-worker/worker_plan.h"
+#include "tools/moezip-worker/request/request_check.h"
+#include "tools/moezip-worker/request/worker_budget.h"
+#include "tools/moezip-worker/request/worker_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -22,10 +22,10 @@
 #include "coordinator/base/log.h"
 #include "coordinator/wire/curve_keys.h"
 #include "tools/moezip-worker/worker_engine.h"
-#include "tools/moezip-worker/worker_fault.h"
-#include "tools/moezip-worker/worker_model.h"
-#include "tools/moezip-worker/worker_server.h"
-#include "tools/moezip-worker/worker_socket.h"
+#include "tools/moezip-worker/serve/worker_fault.h"
+#include "tools/moezip-worker/model/worker_model.h"
+#include "tools/moezip-worker/serve/worker_server.h"
+#include "tools/moezip-worker/serve/worker_socket.h"
 
 #include <CLI/CLI.hpp>
 
@@ -44,7 +44,7 @@ struct WorkerSettings {
     int threads = 1;
     bool use_mmap = false;
     bool repack = false;             ///< served experts in the CPU backend's CPU_REPACK layout, as the engine loads them
-    bool keep_unsliced = false;      ///< shard mode: keep the original expert tensors (slice_residency.h)
+    bool keep_unsliced = false;      ///< shard mode: keep the original expert tensors (model/slice_residency.h)
     std::string key;                 ///< key file; "" = plain
     std::vector<std::string> allow;  ///< public-key files of admitted coordinators
     bool insecure = false;

@@ -16,8 +16,8 @@
 
 #include "coordinator/base/status.h"
 #include "preload/engine_api.h"
-#include "tools/moezip-worker/gguf_parts.h"
-#include "tools/moezip-worker/worker_repack.h"
+#include "tools/moezip-worker/model/gguf_parts.h"
+#include "tools/moezip-worker/model/worker_repack.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/slice_residency.h"
+#include "tools/moezip-worker/model/slice_residency.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/request_check.h"
+#include "tools/moezip-worker/request/request_check.h"
 
 #include "ggml.h"  // enum ggml_glu_op (values only)
 

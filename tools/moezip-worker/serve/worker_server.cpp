@@ -1,10 +1,10 @@
-#include "tools/moezip-worker/worker_server.h"
+#include "tools/moezip-worker/serve/worker_server.h"
 
 #include "coordinator/base/log.h"
-#include "tools/moezip-worker/worker_compute.h"
-#include "tools/moezip-worker/worker_hello.h"
-#include "tools/moezip-worker/worker_plan.h"
-#include "tools/moezip-worker/worker_socket.h"
+#include "tools/moezip-worker/request/worker_compute.h"
+#include "tools/moezip-worker/serve/worker_hello.h"
+#include "tools/moezip-worker/request/worker_plan.h"
+#include "tools/moezip-worker/serve/worker_socket.h"
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>

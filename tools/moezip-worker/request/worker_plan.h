@@ -20,7 +20,7 @@
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
 #include "coordinator/wire/protocol.h"
-#include "tools/moezip-worker/request_check.h"
+#include "tools/moezip-worker/request/request_check.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 // moezip-worker: shard mode computes from packed copies of its n_ff slice of all three expert tensors.
 //
-// A shard request asks for units [first, first + count) of every expert's n_ff (worker_compute.h).
+// A shard request asks for units [first, first + count) of every expert's n_ff (request/worker_compute.h).
 // Its part of ffn_gate_exps and ffn_up_exps ([n_embd, n_ff, n_expert]: row r of expert e at e*nb[2] +
 // r*nb[1], ggml.h) is `count` whole rows per expert; its part of ffn_down_exps ([n_ff, n_embd,
 // n_expert]) is a piece of every row (coordinator/compute/down_slice.h says why that is packed). Each
@@ -16,7 +16,7 @@
 #pragma once
 
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/model/worker_model.h"
 
 #include "ggml.h"
 

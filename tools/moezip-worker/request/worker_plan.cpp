@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_plan.h"
+#include "tools/moezip-worker/request/worker_plan.h"
 
 #include "coordinator/modes/split.h"
 

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/gguf_parts.h"
+#include "tools/moezip-worker/model/gguf_parts.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/model/worker_model.h"
 
 #include "coordinator/wire/protocol.h"
 #include "provider_map/expert_digest.h"

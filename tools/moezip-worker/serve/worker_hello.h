@@ -8,7 +8,7 @@
 #pragma once
 
 #include "tools/moezip-worker/worker_engine.h"
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/model/worker_model.h"
 
 #include <cstdint>
 #include <string>

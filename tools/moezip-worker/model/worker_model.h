@@ -28,8 +28,8 @@
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/gguf_parts.h"
-#include "tools/moezip-worker/worker_repack.h"
+#include "tools/moezip-worker/model/gguf_parts.h"
+#include "tools/moezip-worker/model/worker_repack.h"
 
 #include "ggml.h"
 #include "gguf.h"

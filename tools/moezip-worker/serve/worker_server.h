@@ -6,8 +6,8 @@
 // message gets an `error` reply (header.status = ErrorCode, request_id echoed when the header was
 // readable, one frame of text) and the loop keeps serving. Parts beyond kMaxMessageParts are read
 // and dropped one by one, never kept (bad_frames). A hello must carry the coordinator's plan
-// (worker_plan.h), kept per connection; compute outside it is refused (bad_plan). Each compute is
-// checked against the per-request budget before anything is allocated (worker_budget.h); an
+// (request/worker_plan.h), kept per connection; compute outside it is refused (bad_plan). Each compute is
+// checked against the per-request budget before anything is allocated (request/worker_budget.h); an
 // allocation failure is an out_of_memory reply. With a key the socket is a CURVE server and a ZAP
 // handler admits only allowed coordinator keys (worker_auth.h). SIGTERM/SIGINT end the loop within
 // the poll timeout (100 ms); the socket is closed (linger 0) before the context.
@@ -16,11 +16,11 @@
 #include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/worker_auth.h"
-#include "tools/moezip-worker/worker_budget.h"
+#include "tools/moezip-worker/serve/worker_auth.h"
+#include "tools/moezip-worker/request/worker_budget.h"
 #include "tools/moezip-worker/worker_engine.h"
-#include "tools/moezip-worker/worker_fault.h"
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/serve/worker_fault.h"
+#include "tools/moezip-worker/model/worker_model.h"
 
 #include <cstdint>
 #include <functional>
@@ -39,8 +39,8 @@ struct WorkerCounters {
     uint64_t trims = 0;                   ///< requests after which buffers were released (budget_release_heap)
     uint64_t plans_evicted_idle = 0;      ///< plans forgotten because the table was full (WorkerPlans): hello-only connections
     uint64_t plans_evicted_active = 0;    ///< ... connections that had computed
-    uint64_t shard_packed_max = 0;        ///< shard mode: most bytes of packed slice copies held at once (worker_slices.h)
-    uint64_t unsliced_released = 0;       ///< shard mode: bytes of the originals given back (slice_residency.h)
+    uint64_t shard_packed_max = 0;        ///< shard mode: most bytes of packed slice copies held at once (model/worker_slices.h)
+    uint64_t unsliced_released = 0;       ///< shard mode: bytes of the originals given back (model/slice_residency.h)
     uint64_t unsliced_reread = 0;         ///< ... and bytes read again from the file for requests that needed them
     AuthCounters auth;                    ///< handshakes and connections (worker_auth.h)
 };
@@ -54,7 +54,7 @@ struct WorkerServerOptions {
     CurveKeyPair key;       ///< this worker's CURVE key pair; empty = plain ZeroMQ
     std::vector<std::string> allow;  ///< coordinator public keys (Z85) the ZAP handler admits (CURVE only)
     int handshake_ms = 5000;         ///< ZMQ_HANDSHAKE_IVL (worker_socket.h)
-    bool keep_unsliced = false;      ///< shard mode: keep the rows no slice reads (slice_residency.h)
+    bool keep_unsliced = false;      ///< shard mode: keep the original expert tensors (model/slice_residency.h)
 };
 
 /// A random non-zero 64-bit instance id for this worker process (getrandom; the clock and pid mixed

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_budget.h"
+#include "tools/moezip-worker/request/worker_budget.h"
 
 #include <malloc.h>
 

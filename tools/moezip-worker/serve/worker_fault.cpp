@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_fault.h"
+#include "tools/moezip-worker/serve/worker_fault.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_compute.h"
+#include "tools/moezip-worker/request/worker_compute.h"
 
 #include <algorithm>
 #include <cstring>
@@ -107,7 +107,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     const bool shard = h.n_frames == 4;
     int64_t ff_first = 0, ff_count = l->n_ff;
     Status st = Status::ok();
-    if (shard) {  // a partial sum over this slice, from packed copies of it (worker_slices.h)
+    if (shard) {  // a partial sum over this slice, from packed copies of it (model/worker_slices.h)
         request_slice_of(frames[3], ff_first, ff_count);
         w.ff_first = ff_first;
         w.ff_count = ff_count;

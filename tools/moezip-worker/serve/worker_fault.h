@@ -11,7 +11,7 @@
 //   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
 //                    replying (a host N times slower, for the automatic shares' tests)
 //   unsliced_keep_ms=N  shard mode keeps a slice's rows N ms after its last request instead of 10 s
-//                    (slice_residency.h), so tests see rows given back and read again quickly
+//                    (model/slice_residency.h), so tests see rows given back and read again quickly
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 

@@ -17,12 +17,12 @@
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/request_check.h"
-#include "tools/moezip-worker/slice_residency.h"
-#include "tools/moezip-worker/worker_slices.h"
-#include "tools/moezip-worker/worker_budget.h"
-#include "tools/moezip-worker/worker_model.h"
-#include "tools/moezip-worker/worker_plan.h"
+#include "tools/moezip-worker/request/request_check.h"
+#include "tools/moezip-worker/model/slice_residency.h"
+#include "tools/moezip-worker/model/worker_slices.h"
+#include "tools/moezip-worker/request/worker_budget.h"
+#include "tools/moezip-worker/model/worker_model.h"
+#include "tools/moezip-worker/request/worker_plan.h"
 
 #include <zmq.hpp>
 
@@ -34,7 +34,7 @@ namespace moezip {
 class WorkerCompute {
 public:
     /// `release_unsliced`: in shard mode, give back the originals once every slice in use computes
-    /// from its packed copies (slice_residency.h); false keeps them (--keep-unsliced).
+    /// from its packed copies (model/slice_residency.h); false keeps them (--keep-unsliced).
     /// `keep_ms`: how long a slice's rows outlive its last request (SliceResidency::kKeepMs).
     WorkerCompute(const WorkerModel & model, const GgmlApi & api, int n_threads, bool release_unsliced = true,
                   int keep_ms = SliceResidency::kKeepMs)

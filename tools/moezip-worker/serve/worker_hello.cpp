@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_hello.h"
+#include "tools/moezip-worker/serve/worker_hello.h"
 
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/wire/protocol.h"

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_slices.h"
+#include "tools/moezip-worker/model/worker_slices.h"
 
 #include <sys/mman.h>
 

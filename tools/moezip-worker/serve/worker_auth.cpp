@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_auth.h"
+#include "tools/moezip-worker/serve/worker_auth.h"
 
 #include "coordinator/base/log.h"
 

@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_repack.h"
+#include "tools/moezip-worker/model/worker_repack.h"
 
 #include <cstring>
 #include <dlfcn.h>

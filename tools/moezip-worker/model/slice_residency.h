@@ -17,7 +17,7 @@
 #pragma once
 
 #include "coordinator/base/status.h"
-#include "tools/moezip-worker/worker_model.h"
+#include "tools/moezip-worker/model/worker_model.h"
 
 #include <chrono>
 #include <cstdint>

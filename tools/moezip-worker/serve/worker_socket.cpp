@@ -1,4 +1,4 @@
-#include "tools/moezip-worker/worker_socket.h"
+#include "tools/moezip-worker/serve/worker_socket.h"
 
 #include <climits>
 #include <sys/resource.h>
