@@ -29,8 +29,8 @@ Status SliceResidency::before_whole(const WorkerLayer & l) {
     return Status::ok();
 }
 
-void SliceResidency::after(const WorkerLayer & l, int64_t first, int64_t count, bool whole,
-                           const std::function<bool(int64_t, int64_t)> & packed_held, std::chrono::steady_clock::time_point now) {
+void SliceResidency::after(const WorkerLayer & l, int64_t first, int64_t count, bool whole, const WorkerSlices & slices,
+                           std::chrono::steady_clock::time_point now) {
     if (!manages(l)) return;
     LayerState & s = layers_[l.il];
     bool found = false;
@@ -40,12 +40,26 @@ void SliceResidency::after(const WorkerLayer & l, int64_t first, int64_t count, 
             found = true;
         }
     if (!found) s.seen.push_back({first, count, whole, now});
+    give_back_if_unused(l, s, slices, now);
+}
+
+void SliceResidency::sweep(const WorkerSlices & slices, std::chrono::steady_clock::time_point now) {
+    for (auto & kv : layers_) {
+        if (!kv.second.held) continue;
+        const WorkerLayer * l = model_.layer(kv.first);
+        if (l != nullptr && manages(*l)) give_back_if_unused(*l, kv.second, slices, now);
+    }
+}
+
+void SliceResidency::give_back_if_unused(const WorkerLayer & l, LayerState & s, const WorkerSlices & slices,
+                                         std::chrono::steady_clock::time_point now) {
     s.seen.erase(std::remove_if(s.seen.begin(), s.seen.end(),
                                 [&](const Seen & x) { return now - x.last > std::chrono::milliseconds(keep_ms_); }),
                  s.seen.end());
-    if (!s.held) return;
+    // only a layer shard mode uses (a worker that only serves rows or experts keeps its originals)
+    if (!s.held || !slices.holds_any(l.il)) return;
     for (const Seen & x : s.seen)
-        if (x.whole || !packed_held(x.first, x.count)) return;
+        if (x.whole || !slices.holds(l.il, x.first, x.count)) return;
     for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
         model_.no_huge_pages(t);
         for (const ExpertRange & r : model_.served())

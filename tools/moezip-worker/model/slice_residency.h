@@ -4,10 +4,11 @@
 // A shard worker loads every expert's whole n_ff (the digests of hello_ok are of all of it), then
 // computes each shard request from packed copies of its slice. Holding the originals as well would
 // make every shard worker keep the whole model plus the copies, and the machines' memory would not
-// add up. So after a request, when within the last keep_ms only shard requests came for the layer
-// and the packed copies of each of their slices are held, the originals of gate, up and down (all
-// served experts) are given back: madvise MADV_DONTNEED, and no huge pages for them any more
-// (khugepaged would fill the range again with zeroed huge pages otherwise).
+// add up. So when, for a layer that has packed copies, no request of the last keep_ms computed from
+// the originals and every slice asked for in that time has its copies held, the originals of gate,
+// up and down (all served experts) are given back: madvise MADV_DONTNEED, and no huge pages for them
+// any more (khugepaged would fill the range again with zeroed huge pages otherwise). That is looked
+// at after each request and, for an idle worker, by sweep() from the serving loop.
 //
 // A request that reads the originals (rows or experts mode, from another coordinator) reads them
 // from the file again first (anonymous memory, the default load, reads zeros once given back; a
@@ -18,10 +19,10 @@
 
 #include "coordinator/base/status.h"
 #include "tools/moezip-worker/model/worker_model.h"
+#include "tools/moezip-worker/model/worker_slices.h"
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <vector>
 
@@ -44,11 +45,12 @@ public:
     /// request is refused and the originals stay marked as given back).
     Status before_whole(const WorkerLayer & l);
     /// After a request of layer l: a shard one over units [first, first + count), or `whole`.
-    /// Gives the originals back when every request of the last keep_ms was a shard one and
-    /// `packed_held(first, count)` is true for each of their slices. `now` is for tests.
-    void after(const WorkerLayer & l, int64_t first, int64_t count, bool whole,
-               const std::function<bool(int64_t, int64_t)> & packed_held,
+    /// Gives the originals back when the rule above holds with the copies `slices` holds.
+    void after(const WorkerLayer & l, int64_t first, int64_t count, bool whole, const WorkerSlices & slices,
                std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+    /// The same rule for every layer of the model without a new request (an idle worker: the
+    /// requests that needed the originals have aged out). Cheap when nothing changes.
+    void sweep(const WorkerSlices & slices, std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
     uint64_t released_bytes() const { return released_bytes_; }  ///< pages given back (madvise), bytes
     uint64_t reread_bytes() const { return reread_bytes_; }      ///< bytes read again from the file
@@ -64,6 +66,7 @@ private:
         std::vector<Seen> seen;  // requests of the last keep_ms, one entry per slice (or whole)
     };
     bool manages(const WorkerLayer & l) const;
+    void give_back_if_unused(const WorkerLayer & l, LayerState & s, const WorkerSlices & slices, std::chrono::steady_clock::time_point now);
 
     const WorkerModel & model_;
     const bool enabled_;

@@ -236,9 +236,8 @@ Status WorkerModel::read_file(const ggml_tensor * t, uint64_t start, uint64_t by
 }
 
 Status WorkerModel::read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const {
-    if (mapped_) return Status::ok();
     Status st = file_unchanged();
-    if (!st) return st;
+    if (!st || mapped_) return st;  // the mapping reads the file by itself
     madvise(t->data, api_->ggml_nbytes(t), MADV_HUGEPAGE);  // as at load; fails harmlessly without THP
     return read_range(t, static_cast<uint8_t *>(t->data), start, bytes);
 }

@@ -123,7 +123,7 @@ public:
     /// the tensors hold when computed on is the file's either way.
     uint64_t give_back(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
     /// Reads bytes [start, start + bytes) of expert tensor t from the file into its memory again
-    /// (anonymous memory, huge pages asked for again; nothing to do for the mapping). Errors:
+    /// (anonymous memory, huge pages asked for again; for the mapping only the check). Errors:
     /// io_error naming file and tensor, or the file changed since load (file_unchanged).
     Status read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
     /// Reads bytes [start, start + bytes) of expert tensor t from the file into dst. Errors as read_again.

@@ -1,8 +1,11 @@
 #include "tools/moezip-worker/model/worker_slices.h"
 
+#include "coordinator/base/log.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -114,7 +117,13 @@ Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bo
             ++held;
             if (oldest == copies_.end() || j->second->last_use < oldest->second->last_use) oldest = j;
         }
-        if (held >= kPerLayer) copies_.erase(oldest);
+        if (held >= kPerLayer) {
+            if (evicted_++ == 0)
+                LOG_WARN("layer %d: more than %d n_ff slices in use on this worker: their packed copies are made again at "
+                         "every request, which is slow; give each worker fewer coordinators with different shares",
+                         l.il, kPerLayer);
+            copies_.erase(oldest);
+        }
         auto c = std::make_unique<Copy>();
         Status st = make(l, first, count, from_memory, *c);
         if (!st) return st;
@@ -127,6 +136,11 @@ Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bo
 }
 
 bool WorkerSlices::holds(int il, int64_t first, int64_t count) const { return copies_.count(Key{il, {first, count}}) != 0; }
+
+bool WorkerSlices::holds_any(int il) const {
+    auto it = copies_.lower_bound(Key{il, {INT64_MIN, INT64_MIN}});
+    return it != copies_.end() && it->first.first == il;
+}
 
 uint64_t WorkerSlices::bytes() const {
     uint64_t n = 0;

@@ -11,8 +11,10 @@
 //
 // Copies are made from the originals while they are held, else from the model file (pread; the file
 // must be unchanged since load, WorkerModel::file_unchanged). Up to kPerLayer slices per layer are
-// kept (two coordinators with different slices do not replace each other's copies at every call);
-// the least recently used one goes first.
+// kept (coordinators with different slices do not replace each other's copies at every call); the
+// least recently used one goes first. More slices in use than that make a copy at every request
+// (a breaker measured 100x slower decode with three coordinators and two kept): counted, and said
+// once in the log.
 #pragma once
 
 #include "coordinator/base/status.h"
@@ -29,7 +31,7 @@ namespace moezip {
 
 class WorkerSlices {
 public:
-    static constexpr int kPerLayer = 2;
+    static constexpr int kPerLayer = 4;
 
     WorkerSlices(const WorkerModel & model, const GgmlApi & api) : model_(model), api_(api) {}
 
@@ -47,9 +49,13 @@ public:
     Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out);
     /// True when the copies of that slice are held.
     bool holds(int il, int64_t first, int64_t count) const;
+    /// True when a copy of any slice of layer il is held.
+    bool holds_any(int il) const;
     /// Bytes of every copy held now, and the most held at once.
     uint64_t bytes() const;
     uint64_t max_bytes() const { return max_bytes_; }
+    /// Copies dropped to make room for another slice of the same layer.
+    uint64_t evicted() const { return evicted_; }
 
 private:
     struct Buffer {  // an anonymous mapping of its own: freed whole when the copy goes
@@ -74,7 +80,7 @@ private:
     const WorkerModel & model_;
     const GgmlApi & api_;
     std::map<Key, std::unique_ptr<Copy>> copies_;
-    uint64_t clock_ = 0, max_bytes_ = 0;
+    uint64_t clock_ = 0, max_bytes_ = 0, evicted_ = 0;
 };
 
 } // namespace moezip

@@ -76,6 +76,12 @@ static void sum_valid_slots(const float * slots, const int32_t * ids, int64_t n_
 }
 
 Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out) {
+    // A mapping (--mmap) reads whatever the file holds now: once it changed in place, its bytes are
+    // not the ones hello_ok's digests named, so nothing is computed from it (an fstat per request).
+    if (model_.mapped()) {
+        Status st = model_.file_unchanged();
+        if (!st) return st;
+    }
     const WorkerLayer * l = model_.layer(h.layer);
     const size_t bytes[3] = {h.frame_bytes[0], h.frame_bytes[1], h.frame_bytes[2]};
     const float * hidden = static_cast<const float *>(aligned(frames[0], bytes[0], align_[0]));
@@ -136,7 +142,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         st = compute_pairs(w, h, hidden, ids, weights, n_pairs, slots);
     }
     if (!st) return st;
-    residency_.after(*l, ff_first, ff_count, !shard, [&](int64_t f, int64_t c) { return slices_.holds(l->il, f, c); });
+    residency_.after(*l, ff_first, ff_count, !shard, slices_);
     if (!want_slots && n_pairs == n_used * n_rows) moe_sum_slots(slots, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
     else if (!want_slots) sum_valid_slots(slots, ids, n_embd, n_used, n_rows, static_cast<float *>(out.data()));
 

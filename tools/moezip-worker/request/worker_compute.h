@@ -66,6 +66,8 @@ public:
     const SliceResidency & residency() const { return residency_; }
     /// Shard mode's packed slices (bytes held).
     const WorkerSlices & slices() const { return slices_; }
+    /// Between requests: gives back the originals of layers no recent request needs (SliceResidency::sweep).
+    void idle() { residency_.sweep(slices_); }
 
 private:
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);

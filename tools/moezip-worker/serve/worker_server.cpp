@@ -58,6 +58,8 @@ public:
     /// The worker is exiting: answers a message that was waiting with error `stopping`, so its
     /// sender computes the part itself now instead of waiting its timeout.
     void refuse_stopping(Incoming & in);
+    /// Nothing came for a poll period: shard mode may give back originals no request needs now.
+    void idle();
 
 private:
     void handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size);
@@ -158,6 +160,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
     c_.shard_packed_max = compute_.slices().max_bytes();
+    c_.shard_evicted = compute_.slices().evicted();
     c_.unsliced_released = compute_.residency().released_bytes();
     c_.unsliced_reread = compute_.residency().reread_bytes();
     if (st) {
@@ -234,6 +237,11 @@ void Server::handle(Incoming & in) {
     send_reply(in.identity, r, nullptr);
 }
 
+void Server::idle() {
+    compute_.idle();
+    c_.unsliced_released = compute_.residency().released_bytes();
+}
+
 void Server::refuse_stopping(Incoming & in) {
     ++c_.requests;
     if (in.parts.empty()) return;
@@ -298,6 +306,7 @@ Status serve_loop(zmq::socket_t & sock, SocketMonitor & monitor, Server & server
         zmq_pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
         const int rc = zmq_poll(items, 2, kPollMs);
         if (rc < 0 && zmq_errno() != EINTR) throw zmq::error_t();
+        if (rc == 0) server.idle();
         if (rc <= 0) continue;
         if (items[1].revents & ZMQ_POLLIN) monitor.drain();
         if (items[0].revents & ZMQ_POLLIN) serve_pending(sock, server, c);
@@ -374,7 +383,9 @@ std::string worker_counters_text(const WorkerCounters & c) {
            ", errors " + std::to_string(n_errors) + (by_code.empty() ? "" : " (" + by_code + ")") +
            (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
            (c.trims ? ", buffers released " + std::to_string(c.trims) : "") +
-           (c.shard_packed_max ? ", shard slices packed " + std::to_string(c.shard_packed_max) + " bytes at most" : "") +
+           (c.shard_packed_max ? ", shard slices packed " + std::to_string(c.shard_packed_max) + " bytes at most" +
+                                     (c.shard_evicted ? " (" + std::to_string(c.shard_evicted) + " copies dropped for other slices)" : "")
+                               : "") +
            (c.unsliced_released ? ", originals given back " + std::to_string(c.unsliced_released) + " bytes (read again " +
                                       std::to_string(c.unsliced_reread) + ")"
                                 : "") +
