@@ -132,7 +132,9 @@ function render(b) {
         `Machine: ${b.machine.cpu}, ${b.machine.cores} cores, ${fmt(b.machine.mem_gib, 0)} GiB, kernel ${b.machine.kernel}. ` +
         `Median 1-min load average at run starts: ${fmt(b.loadavg_median, 2)} (this VM is shared with other engineers' builds and tests). ` +
         `Total ${b.seconds ? Math.round(b.seconds / 60) + " min" : "?"}; tree ${b.commit || "?"}.`,
-        `Weights: ${s.load === "anon" ? "read into memory (--no-mmap; workers anonymous memory)" : "memory-mapped on every side (coordinator mmap, workers --mmap)"}; ` +
+        `Weights: ${s.load === "anon" ? "read into memory on every side (engines --no-mmap / -lm none; workers and RPC servers anonymous memory)"
+                   : s.load === "defaults" ? "each program's default (engines map the file; moezip-worker and ggml-rpc-server hold their experts in anonymous memory)"
+                   : "memory-mapped (coordinator mmap, workers --mmap; RPC servers anonymous memory, their only way)"}; ` +
         `rows share of the coordinator ${s.rows_share}; ${s.pinned ? "every process pinned to one core, one engine thread" : "not pinned"}; ` +
         `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps; ` +
         `${s.warmup ? "timed runs warmed up (moezip-run --warmup: one untimed prompt, KV cache cleared); phase runs cold (first prompt of the process)" : "every run cold (first prompt of the process)"}.`,
