@@ -5,13 +5,32 @@
 
 namespace moezip {
 
-bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
-    auto it = copies_.find(key);
-    return it != copies_.end() && it->second->src == down->data && it->second->ff_first == ff_first && it->second->ff_count == ff_count;
+void pack_row_parts(const uint8_t * src, size_t row, size_t at, size_t part, int64_t n_rows, uint8_t * dst) {
+    for (int64_t r = 0; r < n_rows; ++r) memcpy(dst + (size_t) r * part, src + (size_t) r * row + at, part);
+}
+
+void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne0, int64_t ne1, int64_t ne2, size_t row_bytes,
+                           void * data, int64_t ff_first, int64_t ff_count) {
+    t = ggml_tensor{};
+    t.type = like->type;
+    t.ne[0] = ne0;
+    t.ne[1] = ne1;
+    t.ne[2] = ne2;
+    t.ne[3] = 1;
+    t.nb[0] = like->nb[0];
+    t.nb[1] = row_bytes;
+    t.nb[2] = row_bytes * (size_t) ne1;
+    t.nb[3] = t.nb[2] * (size_t) ne2;
+    t.data = data;
+    memcpy(t.name, like->name, sizeof t.name);
+    t.op_params[0] = (int32_t) ff_first;
+    t.op_params[1] = (int32_t) ff_count;
 }
 
 const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
-    if (holds(key, down, ff_first, ff_count)) return &copies_.find(key)->second->tensor;
+    auto it = copies_.find(key);
+    if (it != copies_.end() && it->second->src == down->data && it->second->ff_first == ff_first && it->second->ff_count == ff_count)
+        return &it->second->tensor;
     const int64_t n_ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2];
     const int64_t blk = api_.ggml_blck_size(down->type);
     const size_t type_size = api_.ggml_type_size(down->type);
@@ -29,25 +48,9 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     const size_t at = (size_t) (ff_first / blk) * type_size;
     c->size = part * (size_t) (n_embd * n_expert);
     c->data.reset(new uint8_t[c->size]);
-    const uint8_t * src = static_cast<const uint8_t *>(down->data);
-    for (int64_t r = 0; r < n_embd * n_expert; ++r)  // rows of expert e follow each other: nb[2] = nb[1] * n_embd
-        memcpy(c->data.get() + (size_t) r * part, src + (size_t) r * row + at, part);
-    ggml_tensor & t = c->tensor;
-    t.type = down->type;
-    t.ne[0] = ff_count;
-    t.ne[1] = n_embd;
-    t.ne[2] = n_expert;
-    t.ne[3] = 1;
-    t.nb[0] = type_size;
-    t.nb[1] = part;
-    t.nb[2] = part * (size_t) n_embd;
-    t.nb[3] = t.nb[2] * (size_t) n_expert;
-    t.data = c->data.get();
-    memcpy(t.name, down->name, sizeof t.name);
-    // which units it holds, for MoeExecutor to check against the weights' slice (a leaf's op_params
-    // are otherwise unused)
-    t.op_params[0] = (int32_t) ff_first;
-    t.op_params[1] = (int32_t) ff_count;
+    // rows of expert e follow each other: nb[2] = nb[1] * n_embd
+    pack_row_parts(static_cast<const uint8_t *>(down->data), row, at, part, n_embd * n_expert, c->data.get());
+    describe_packed_slice(c->tensor, down, ff_count, n_embd, n_expert, part, c->data.get(), ff_first, ff_count);
     const ggml_tensor * out = &c->tensor;
     copies_[key] = std::move(c);
     max_bytes_ = std::max(max_bytes_, bytes());

@@ -23,6 +23,16 @@
 
 namespace moezip {
 
+/// Copies bytes [at, at + part) of each of n_rows rows of `row` bytes from src into dst, packed
+/// row after row (down's units of an n_ff slice: every row holds a piece of it).
+void pack_row_parts(const uint8_t * src, size_t row, size_t at, size_t part, int64_t n_rows, uint8_t * dst);
+
+/// Sets `t` to a dense tensor [ne0, ne1, ne2] of like's type over `data` (rows of row_bytes), named
+/// like `like`, with op_params[0..1] = ff_first and ff_count: the n_ff slice it holds, which
+/// MoeExecutor checks against the weights' slice (a leaf's op_params are otherwise unused).
+void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne0, int64_t ne1, int64_t ne2, size_t row_bytes,
+                           void * data, int64_t ff_first, int64_t ff_count);
+
 class DownSliceCopies {
 public:
     explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
@@ -35,9 +45,6 @@ public:
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
     /// the slice is not whole blocks inside n_ff (the executor then reports the error).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
-    /// True when get() would return the copy it holds (made from `down` for this slice) without
-    /// reading `down` again.
-    bool holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const;
     /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
     /// Bytes held by every copy now, and the most held at once since the start (the report is

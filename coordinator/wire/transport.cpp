@@ -18,20 +18,19 @@ std::atomic<bool> g_stopping{false};
 // The longest one poll may block: a wait re-checks g_stopping at least this often.
 constexpr int kPollSliceMs = 50;
 
-// Polls the link's socket for `events`, and its disconnect monitor when `monitor` is given, until
-// `deadline`; EINTR (a signal the host handles) resumes the wait. Returns the socket's revents
-// seen, or 0 at the deadline, when the process is exiting, or when the monitor has an event
-// (`*monitor_ready` set).
-short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::time_point deadline,
-                 LinkMonitor * monitor = nullptr, bool * monitor_ready = nullptr) {
+// Polls the link's socket for `events` and its disconnect monitor until `deadline`; EINTR (a signal
+// the host handles) resumes the wait. Returns the socket's revents seen, or 0 at the deadline, when
+// the process is exiting, or when the monitor has an event (`monitor_ready` set).
+short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::time_point deadline, LinkMonitor & monitor,
+                 bool & monitor_ready) {
     for (;;) {
         if (g_stopping.load(std::memory_order_relaxed)) return 0;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() < 0) left = std::chrono::milliseconds(0);
         if (left.count() > kPollSliceMs) left = std::chrono::milliseconds(kPollSliceMs);
         zmq::pollitem_t items[2] = {{sock.handle(), 0, events, 0}, {nullptr, 0, ZMQ_POLLIN, 0}};
-        const bool watch = monitor != nullptr && monitor->active();
-        if (watch) items[1].socket = monitor->socket().handle();
+        const bool watch = monitor.active();
+        if (watch) items[1].socket = monitor.socket().handle();
         try {
             zmq::poll(items, watch ? 2 : 1, left);
         } catch (const zmq::error_t & e) {
@@ -40,7 +39,7 @@ short poll_until(zmq::socket_t & sock, short events, std::chrono::steady_clock::
         }
         if (items[0].revents & events) return items[0].revents;
         if (watch && (items[1].revents & ZMQ_POLLIN)) {
-            *monitor_ready = true;
+            monitor_ready = true;
             return 0;
         }
         if (std::chrono::steady_clock::now() >= deadline) return 0;
@@ -182,7 +181,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
             const auto until = peer_closed_ ? std::min(deadline, std::max(sent_at_, closed_seen_) + std::chrono::milliseconds(kReconnectGraceMs))
                                             : deadline;
             bool monitor_ready = false;
-            got = poll_until(*sock_, ZMQ_POLLOUT, until, &monitor_, &monitor_ready);
+            got = poll_until(*sock_, ZMQ_POLLOUT, until, monitor_, monitor_ready);
             if (!monitor_ready) break;
             note_disconnects();
         }
@@ -232,7 +231,7 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             const auto until = lost_at == std::chrono::steady_clock::time_point{}
                                    ? deadline
                                    : std::min(deadline, lost_at + std::chrono::milliseconds(kReplyAfterDisconnectMs));
-            const short got = poll_until(*sock_, ZMQ_POLLIN, until, &monitor_, &monitor_ready);
+            const short got = poll_until(*sock_, ZMQ_POLLIN, until, monitor_, monitor_ready);
             if (monitor_ready) {
                 if (note_disconnects() && lost_at == std::chrono::steady_clock::time_point{}) lost_at = std::chrono::steady_clock::now();
                 continue;

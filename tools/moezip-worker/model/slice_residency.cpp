@@ -4,11 +4,7 @@
 
 namespace moezip {
 
-// Only layers whose tensors are the file's bytes in the model's memory, in GGUF layout.
-bool SliceResidency::manages(const WorkerLayer & l) const {
-    return enabled_ && !l.repacked && l.local_of.empty() && l.gate_exps != nullptr && l.up_exps != nullptr &&
-           l.down_exps != nullptr && l.gate_b == nullptr && l.up_b == nullptr && l.down_b == nullptr;
-}
+bool SliceResidency::manages(const WorkerLayer & l) const { return enabled_ && slice_packable(l); }
 
 bool SliceResidency::originals_held(const WorkerLayer & l) const {
     auto it = layers_.find(l.il);

@@ -1,6 +1,7 @@
 #include "tools/moezip-worker/model/worker_slices.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/compute/down_slice.h"
 
 #include <sys/mman.h>
 
@@ -14,25 +15,6 @@
 namespace moezip {
 
 namespace {
-
-// A tensor header for `data`: dense strides over ne, the slice in op_params.
-void describe(ggml_tensor & t, const ggml_tensor * like, int64_t ne0, int64_t ne1, int64_t ne2, size_t row, void * data,
-              int64_t first, int64_t count) {
-    t = ggml_tensor{};
-    t.type = like->type;
-    t.ne[0] = ne0;
-    t.ne[1] = ne1;
-    t.ne[2] = ne2;
-    t.ne[3] = 1;
-    t.nb[0] = like->nb[0];
-    t.nb[1] = row;
-    t.nb[2] = row * (size_t) ne1;
-    t.nb[3] = t.nb[2] * (size_t) ne2;
-    t.data = data;
-    memcpy(t.name, like->name, sizeof t.name);
-    t.op_params[0] = (int32_t) first;
-    t.op_params[1] = (int32_t) count;
-}
 
 Status reserve(size_t bytes, const ggml_tensor * of, void *& out) {
     void * p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -48,7 +30,7 @@ WorkerSlices::Buffer::~Buffer() {
     if (data != nullptr) munmap(data, std::max<size_t>(size, 1));
 }
 
-bool WorkerSlices::packs(const WorkerLayer & l) const {
+bool slice_packable(const WorkerLayer & l) {
     return !l.repacked && l.local_of.empty() && l.gate_b == nullptr && l.up_b == nullptr && l.down_b == nullptr &&
            l.gate_exps != nullptr && l.up_exps != nullptr && l.down_exps != nullptr;
 }
@@ -67,7 +49,7 @@ Status WorkerSlices::pack_rows(const ggml_tensor * src, int64_t first, int64_t c
             if (from_memory) memcpy(dst + (size_t) e * slab, static_cast<const uint8_t *>(src->data) + at, slab);
             else if (!(st = model_.read_file(src, at, slab, dst + (size_t) e * slab))) return st;
         }
-    describe(t, src, src->ne[0], count, n_expert, row, b.data, first, count);
+    describe_packed_slice(t, src, src->ne[0], count, n_expert, row, b.data, first, count);
     return Status::ok();
 }
 
@@ -90,10 +72,9 @@ Status WorkerSlices::pack_down(const ggml_tensor * src, int64_t first, int64_t c
                 if (!(st = model_.read_file(src, (uint64_t) e * src->nb[2], src->nb[2], bounce.data()))) return st;
                 expert = bounce.data();
             }
-            for (int64_t i = 0; i < n_embd; ++i)
-                memcpy(dst + ((size_t) e * (size_t) n_embd + (size_t) i) * part, expert + (size_t) i * src->nb[1] + at, part);
+            pack_row_parts(expert, src->nb[1], at, part, n_embd, dst + (size_t) e * (size_t) n_embd * part);
         }
-    describe(t, src, count, n_embd, n_expert, part, b.data, first, count);
+    describe_packed_slice(t, src, count, n_embd, n_expert, part, b.data, first, count);
     return Status::ok();
 }
 

@@ -29,6 +29,10 @@
 
 namespace moezip {
 
+/// True when layer l's slices can be packed, and its originals given back (slice_residency.h): GGUF
+/// layout in the model's memory (not --repack), no biases (an n_ff slice of biased experts is refused).
+bool slice_packable(const WorkerLayer & l);
+
 class WorkerSlices {
 public:
     static constexpr int kPerLayer = 4;
@@ -40,8 +44,6 @@ public:
         ggml_tensor gate{}, up{}, down{};
     };
 
-    /// True when layer l can be packed: GGUF layout in the model's memory (not --repack), no biases.
-    bool packs(const WorkerLayer & l) const;
     /// The copies of layer l's units [first, first + count), made now if not held (from the
     /// originals when `from_memory`, else from the file). `first` and `count` were checked against
     /// n_ff and the block size (request_check). Errors: io_error (no memory for the copies, the file

@@ -117,7 +117,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         request_slice_of(frames[3], ff_first, ff_count);
         w.ff_first = ff_first;
         w.ff_count = ff_count;
-        if (slices_.packs(*l)) {
+        if (slice_packable(*l)) {
             const WorkerSlices::Packed * p = nullptr;
             st = slices_.get(*l, ff_first, ff_count, residency_.originals_held(*l), p);
             if (!st) return st;
