@@ -282,5 +282,26 @@ TEST(Budget, ADescriptorFloodLeavesTheConfiguredCoordinatorServed) {
     EXPECT_LT(raised_s, 2.0);
     EXPECT_GE(capped_s, 0) << "served once the idle connections timed out";
     EXPECT_LT(capped_s, 10.0);
-    EXPECT_GT(worker_counter(capped.stderr_text(), "failed other (timeout)"), 100u) << capped.stderr_text();
+    EXPECT_GT(worker_counter(capped.stderr_text(), "timed out"), 100u) << capped.stderr_text();
+}
+
+// The worker's exit line tells an idle peer (its handshake timer fired) from a peer that left
+// before the handshake ended (a port scan, a coordinator that gave up): both used to be counted
+// as "failed other (timeout)", which sent a reader looking for a slow network.
+TEST(Budget, HandshakeFailuresAreCountedByTheirCause) {
+    const std::string dir = test_dir("budget_handshake_causes");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "tcp://127.0.0.1:*", "--handshake-ms", "400"}, dir)) << w.error();
+    std::vector<int> left = idle_connections(w.endpoint(), 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int fd : left) close(fd);
+    std::vector<int> idle = idle_connections(w.endpoint(), 3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    for (int fd : idle) close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
+    const std::string text = w.stderr_text();
+    EXPECT_EQ(worker_counter(text, "closed by the peer"), 4u) << text;
+    EXPECT_EQ(worker_counter(text, "timed out"), 3u) << text;
+    EXPECT_EQ(text.find("failed other"), std::string::npos) << text;
 }

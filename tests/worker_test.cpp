@@ -384,21 +384,28 @@ TEST(Worker, ShardSlicesArePartialSumsOfTheEngineKernels) {
     EXPECT_GT(max_abs, 0.0);
     EXPECT_LE(max_err, 1e-5 * std::max(1.0, max_abs)) << "slices must add up to the whole FFN";
     // malformed slices are refused with a named error, and the worker keeps serving
-    struct Case { const char * name; ErrorCode code; std::vector<zmq::message_t> frames; };
+    // each with the one reason that applies (the message once listed all three)
+    struct Case { const char * name; ErrorCode code; std::vector<zmq::message_t> frames; const char * says; };
     std::vector<Case> cases;
-    cases.push_back({"slice not on a block boundary", ErrorCode::bad_shape, shard_frames(r, c.instance(), 16, 32)});
-    cases.push_back({"slice past n_ff", ErrorCode::bad_shape, shard_frames(r, c.instance(), 32, 64)});
-    cases.push_back({"empty slice", ErrorCode::bad_shape, shard_frames(r, c.instance(), 0, 0)});
-    cases.push_back({"slice frame of 4 bytes", ErrorCode::bad_frames, shard_frames(r, c.instance(), 0, 32, 4)});
+    cases.push_back({"slice not on a block boundary", ErrorCode::bad_shape, shard_frames(r, c.instance(), 16, 32),
+                     "n_ff slice [16, 48) does not start and end on a multiple of 32"});
+    cases.push_back({"slice past n_ff", ErrorCode::bad_shape, shard_frames(r, c.instance(), 32, 64),
+                     "n_ff slice [32, 96) is outside [0, 64) of layer"});
+    cases.push_back({"empty slice", ErrorCode::bad_shape, shard_frames(r, c.instance(), 0, 0), "n_ff slice [0, 0) is empty"});
+    cases.push_back({"slice frame of 4 bytes", ErrorCode::bad_frames, shard_frames(r, c.instance(), 0, 32, 4), ""});
     ComputeRequest slots_reply = r;
     slots_reply.reply = ReplyKind::slots;
-    cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, c.instance(), 0, 32)});
-    cases.push_back({"another host's slice (not this connection's plan)", ErrorCode::bad_plan, shard_frames(r, c.instance(), 32, 32)});
-    cases.push_back({"whole n_ff on a shard connection", ErrorCode::bad_plan, compute_frames(compute_header(r, c.instance()), r)});
+    cases.push_back({"slice with per-slot reply", ErrorCode::bad_kind, shard_frames(slots_reply, c.instance(), 0, 32), ""});
+    cases.push_back({"another host's slice (not this connection's plan)", ErrorCode::bad_plan, shard_frames(r, c.instance(), 32, 32), ""});
+    cases.push_back({"whole n_ff on a shard connection", ErrorCode::bad_plan, compute_frames(compute_header(r, c.instance()), r), ""});
     for (Case & k : cases) {
         WorkerReply rep = ask(c, std::move(k.frames));
         EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << k.name;
         EXPECT_EQ(rep.h.status, (int32_t) k.code) << k.name << ": got " << error_code_name((ErrorCode) rep.h.status) << ": " << rep.text();
+        EXPECT_NE(rep.text().find(k.says), std::string::npos) << k.name << ": " << rep.text();
+        if (k.code == ErrorCode::bad_shape) {
+            EXPECT_EQ(rep.text().find(" or "), std::string::npos) << k.name << ": " << rep.text();
+        }
     }
     EXPECT_EQ(ask(c, shard_frames(r, c.instance(), 0, 32)).h.kind, (uint16_t) MsgKind::result) << "the worker stopped serving";
 }

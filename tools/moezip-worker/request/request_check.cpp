@@ -141,10 +141,17 @@ Status request_check_compute(const RequestShape & shape, const MsgHeader & h, in
         request_slice_of(frames[3], first, count);
         const RequestShape::Layer * l = shape.layer(h.layer);
         const int64_t block = l->ff_block > 0 ? l->ff_block : 1;
-        if (first < 0 || count < 1 || first + count > l->n_ff || first % block != 0 || count % block != 0)
-            return fail(code, ErrorCode::bad_shape, "n_ff slice [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                                                        ") is empty, outside [0, " + std::to_string(l->n_ff) +
-                                                        ") or not made of whole blocks of " + std::to_string(block));
+        auto bad = [&](const std::string & why) {
+            return fail(code, ErrorCode::bad_shape,
+                        "n_ff slice [" + std::to_string(first) + ", " + std::to_string(first + count) + ") " + why);
+        };
+        if (count < 1) return bad("is empty");
+        if (first < 0 || first + count > l->n_ff)
+            return bad("is outside [0, " + std::to_string(l->n_ff) + ") of layer " + std::to_string(l->il));
+        // ffn_down_exps is quantized along n_ff: a slice must cut it between blocks
+        if (first % block != 0 || count % block != 0)
+            return bad("does not start and end on a multiple of " + std::to_string(block) +
+                       " (the quantization block of ffn_down_exps along n_ff)");
     }
     return check_ids(shape, h, frames[1], code);
 }

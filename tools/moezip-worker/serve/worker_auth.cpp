@@ -28,7 +28,10 @@ std::string auth_counters_text(const AuthCounters & c) {
     add(hs, "key accepted", c.zap_accepted.load());
     add(hs, "key refused", c.zap_refused.load());
     add(hs, "failed protocol (plain peer, wrong worker key or junk)", c.handshake_failed_protocol);
-    add(hs, "failed other (timeout)", c.handshake_failed_other);
+    add(hs, "timed out", c.handshake_timed_out);
+    add(hs, "closed by the peer", c.handshake_peer_closed);
+    add(hs, "failed other", c.handshake_failed_other);
+    if (c.handshake_failed_other) hs += std::string(" (last: ") + strerror(c.handshake_other_errno) + ")";
     add(conn, "accepted", c.accepted);
     add(conn, "accept failed", c.accept_failed);
     add(conn, "closed", c.disconnected);
@@ -120,6 +123,18 @@ void SocketMonitor::close() {
     pair_.close();
 }
 
+// libzmq (stream_engine_base.cpp) reports a handshake that ends without a protocol or auth
+// verdict with the errno it saw: EAGAIN when its handshake timer fired, ECONNRESET or EPIPE when
+// the peer went away first (a port scan, a coordinator that gave up, a health check).
+void SocketMonitor::count_no_detail(uint32_t err) {
+    if (err == EAGAIN || err == ETIMEDOUT) ++counters_.handshake_timed_out;
+    else if (err == ECONNRESET || err == EPIPE || err == 0) ++counters_.handshake_peer_closed;
+    else {
+        ++counters_.handshake_failed_other;
+        counters_.handshake_other_errno = (int) err;
+    }
+}
+
 void SocketMonitor::drain() {
     for (;;) {
         zmq::message_t event, address;
@@ -127,14 +142,17 @@ void SocketMonitor::drain() {
         if (event.more()) (void) pair_.recv(address, zmq::recv_flags::dontwait);
         if (event.size() < 6) continue;
         uint16_t id;
+        uint32_t value;  // for the handshake events: errno where libzmq saw the failure
         memcpy(&id, event.data(), sizeof id);
+        memcpy(&value, static_cast<const char *>(event.data()) + sizeof id, sizeof value);
         switch (id) {
             case ZMQ_EVENT_ACCEPTED: ++counters_.accepted; break;
             case ZMQ_EVENT_ACCEPT_FAILED: ++counters_.accept_failed; break;
             case ZMQ_EVENT_DISCONNECTED: ++counters_.disconnected; break;
             case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: ++counters_.handshake_failed_protocol; break;
             case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: ++counters_.handshake_failed_auth; break;
-            default: ++counters_.handshake_failed_other; break;
+            case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: count_no_detail(value); break;
+            default: break;
         }
     }
 }

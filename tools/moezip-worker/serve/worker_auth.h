@@ -27,7 +27,10 @@ struct AuthCounters {
     std::atomic<uint64_t> zap_refused{0};    ///< CURVE clients with an unknown key (or another mechanism)
     uint64_t handshake_failed_protocol = 0;  ///< plain peers, another worker key, junk (libzmq)
     uint64_t handshake_failed_auth = 0;      ///< refused by the ZAP handler (as libzmq saw it)
-    uint64_t handshake_failed_other = 0;     ///< handshake timed out or failed without detail
+    uint64_t handshake_timed_out = 0;        ///< no complete handshake within --handshake-ms (idle peers)
+    uint64_t handshake_peer_closed = 0;      ///< the peer closed or reset the connection before the handshake ended
+    uint64_t handshake_failed_other = 0;     ///< failed without detail for another reason
+    int handshake_other_errno = 0;           ///< errno of the last of those (printed with strerror)
     uint64_t accepted = 0;                   ///< TCP/ipc connections accepted
     uint64_t accept_failed = 0;              ///< accept() failed (descriptor table full)
     uint64_t disconnected = 0;               ///< connections closed
@@ -72,6 +75,8 @@ public:
     void close();
 
 private:
+    /// Counts a HANDSHAKE_FAILED_NO_DETAIL event by its errno: timed out, closed by the peer, other.
+    void count_no_detail(uint32_t err);
     zmq::socket_t & watched_;
     zmq::socket_t pair_;
     AuthCounters & counters_;
