@@ -56,7 +56,9 @@ PRELOAD_LIB := $(BUILD)/libmoezip.so
 TOOL_DIRS := $(patsubst %/,%,$(dir $(wildcard tools/moezip-*/*.cpp)))
 TOOLS     := $(sort $(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS)))
 
-TEST_SRC := $(wildcard tests/*.cpp)
+# tests/<job>/*.cpp (tests/README.md); tests/hosts/ and tests/fuzz/ are separate programs
+TEST_SRC := $(wildcard tests/*/*.cpp)
+TEST_SRC := $(filter-out tests/hosts/% tests/fuzz/%,$(TEST_SRC))
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_BIN := $(BUILD)/bin/moezip-tests
 # tests/hosts/: small llama.h hosts for scenarios moezip-run does not express (model swap, warmup,
@@ -74,7 +76,7 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror 
                 -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ         := $(BUILD)/fuzz
 FUZZ_TARGETS := config request reply
-FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/fuzz_test.cpp only
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/wire/fuzz_test.cpp only
 FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) coordinator/base/status.cpp \
                     coordinator/base/log.cpp
 FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request/request_check.cpp coordinator/wire/protocol.cpp \

@@ -2,7 +2,7 @@
 # Runs an unmodified llama-server twice on the same model, once plain and once under libmoezip.so,
 # queries both with the same OpenAI-compatible requests at temperature 0 (curl), and says whether
 # every answer is the same: `identical: yes|no`. Used by the README's "Your own llama.cpp" and by
-# tests/server_test.cpp.
+# tests/engine/server_test.cpp.
 #
 #   tools/server-check.sh --server PATH/llama-server --preload PATH/libmoezip.so --config moezip.toml
 #                         --model M.gguf [--out DIR] [-- EXTRA llama-server ARGS]

@@ -1,4 +1,4 @@
-// libFuzzer target that crashes on purpose on an input starting with "CRASH": tests/fuzz_test.cpp
+// libFuzzer target that crashes on purpose on an input starting with "CRASH": tests/wire/fuzz_test.cpp
 // uses it to check that a crash fails the fuzz test and names the crashing input. Not run by make fuzz.
 #include <cstdint>
 #include <cstdlib>

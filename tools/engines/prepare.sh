@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make engines: installs or builds each test engine (cached, docs/engines.md), builds moezip for it
 # into build-engines/<name>/ (make ENGINE=... BUILD=... engine-tools: libmoezip.so, moezip-run,
-# moezip-worker) and writes BUILD/engines.json, which tests/engines_test.cpp reads.
+# moezip-worker) and writes BUILD/engines.json, which tests/engine/engines_test.cpp reads.
 #
 #   tools/engines/prepare.sh BUILD SPEC...
 #

@@ -1,0 +1,188 @@
+// Automatic shares (`local_share = "auto"`, coordinator/balance/share_balance.h) with a worker made
+// four times slower (MOEZIP_WORKER_FAULT slow=4): rows mode gives it fewer rows and stays
+// bit-identical to one node; shard mode moves the n_ff slices (a new plan said in hello) and stays
+// within the verify tolerances, measured on every call.
+#include "coordinator/balance/share_balance.h"
+#include "tests/support/cluster.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kModel = {"--preset", "small", "--type", "q8_0"};  // n_ff 256: 8 q8_0 blocks
+
+// 128 prompt tokens in batches of 16: 8 prefill calls per layer to measure and adjust with
+CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model, const std::string & body) {
+    std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", "16", "-b", "16", "--quiet", "--no-repack",
+                                     "--json", dir + "/" + name + "-run.json", "--fixture", "128"};
+    return run_preloaded(argv, write_moezip_config(dir, name, body));
+}
+
+double last_share(const json & balance, size_t host) {
+    return balance["history"].back()["shares"][host].get<double>();
+}
+
+using moezip::CallSize;
+
+moezip::OverheadSample sample(double ms, CallSize size, double payload) {
+    moezip::OverheadSample s;
+    s.size = size;
+    s.ms = ms;
+    s.payload = payload;
+    s.observed = true;
+    return s;
+}
+
+TEST(ShareBalance, EqualHostsSplitEvenlyAndASlowerOneGetsLess) {
+    moezip::ShareBalancer b(2);
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{50, 50}));
+    b.observe(0, CallSize::large, 100, 10.0);  // 0.1 ms per row
+    b.observe(1, CallSize::large, 100, 40.0);  // 0.4 ms per row
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{80, 20}));
+    // a worker whose fixed cost per call alone exceeds the equal finish time gets nothing
+    b.observe_overhead(1, sample(50.0, CallSize::small, 1));
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{100, 0}));
+}
+
+TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
+    moezip::ShareBalancer b(2);
+    b.observe(0, CallSize::large, 1, 1.0);
+    b.observe(1, CallSize::large, 1, 1.0);
+    b.observe_overhead(1, sample(1000.0, CallSize::small, 1));
+    int64_t given = 0;
+    for (uint64_t call = 0; call < moezip::kShareProbeCalls; ++call) given += b.split(10, 1.0, CallSize::large)[1];
+    EXPECT_EQ(given, 1);
+}
+
+// Rows mode: a worker's transfer grows with the rows it is given, so it counts per row. Equal
+// compute (0.1 ms per row) and 0.1 ms of transfer per row make the worker's row cost twice this
+// host's: a third of the rows. Taken as a fixed 10 ms per call, the same transfer left it none.
+TEST(ShareBalance, RowsModeCountsTheTransferPerRowGiven) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::units);
+    b.observe(0, CallSize::large, 100, 10.0);
+    b.observe(1, CallSize::large, 100, 10.0);
+    b.observe_overhead(1, sample(10.0, CallSize::large, 100));
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{67, 33}));
+}
+
+// Shard mode: every worker gets every row, so a prefill's transfer is a fixed cost of that call and
+// says nothing of a decode call's. The bench's throttled run measured 74 ms on 512-row calls and
+// then gave the worker no slice at all, decode included (docs/performance.md).
+TEST(ShareBalance, ShardModeKeepsAPrefillsTransferOutOfDecodeCalls) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::call_rows);
+    b.observe(0, CallSize::large, 24 * 512, 24 * 512 * 0.01);  // 0.01 ms per row x block
+    b.observe(1, CallSize::large, 24 * 512, 24 * 512 * 0.01);
+    b.observe(0, CallSize::small, 24, 24 * 0.125);  // a decode row reads every weight: 0.125 ms per block
+    b.observe(1, CallSize::small, 24, 24 * 0.125);
+    b.observe_overhead(1, sample(74.0, CallSize::large, 512));
+    b.observe_overhead(1, sample(0.2, CallSize::small, 1));
+    // prefill: 24 blocks x 512 rows = 123 ms here alone; 74 ms of transfer leaves the worker a few
+    const std::vector<int64_t> prefill = b.solve(24, 512, CallSize::large);
+    EXPECT_GT(prefill[1], 0);
+    EXPECT_LT(prefill[1], 6);
+    // decode: the fixed 0.2 ms against 3 ms of compute: close to even (the old estimate: none)
+    const std::vector<int64_t> decode = b.solve(24, 1, CallSize::small);
+    EXPECT_EQ(decode, (std::vector<int64_t>{13, 11}));
+    EXPECT_GT(b.makespan({24, 0}, 1, CallSize::small), b.makespan(decode, 1, CallSize::small));
+}
+
+// One set of shard slices serves decode and prefill calls: the choice weighs the calls seen. With
+// a costly prefill transfer (74 ms per 512-row call) and cheap decode calls (0.2 ms), a run of
+// prefills takes the prefill split; the same prefills among 300 decode calls give the worker more.
+TEST(ShareBalance, ShardSlicesAreChosenForTheMixOfCalls) {
+    moezip::ShareBalancer b(2, moezip::SharePayload::call_rows);
+    for (size_t h = 0; h < 2; ++h) {
+        b.observe(h, CallSize::large, 24 * 512, 24 * 512 * 0.01);
+        b.observe(h, CallSize::small, 24, 24 * 0.125);
+    }
+    b.observe_overhead(1, sample(0.2, CallSize::small, 1));
+    b.observe_overhead(1, sample(74.0, CallSize::large, 512));
+    moezip::CallMix prefills;
+    for (int i = 0; i < 3; ++i) prefills.add(512);
+    prefills.add(1);
+    const std::vector<int64_t> a = b.best_for_mix(24, prefills, {12, 12});
+    EXPECT_EQ(a, b.solve(24, 512, CallSize::large));
+    EXPECT_EQ(a, (std::vector<int64_t>{19, 5}));  // 5.12 x 19 = 97.3 ms here, 74 + 5.12 x 5 = 99.6 there
+    // 300 decode calls beside them: from the prefill split, the decode split (13 | 11) wins
+    // (880 against 963 ms over the mix)
+    moezip::CallMix with_decode = prefills;
+    for (int i = 0; i < 300; ++i) with_decode.add(1);
+    const std::vector<int64_t> m = b.best_for_mix(24, with_decode, a);
+    EXPECT_EQ(m, (std::vector<int64_t>{13, 11}));
+    EXPECT_LT(b.mix_ms(m, with_decode), b.mix_ms(a, with_decode));
+    // current slices stay unless a candidate saves 5%: {18, 6} over the prefills costs 316 ms,
+    // the best (19 | 5) 301, which is not below 0.95 x 316 = 300.6
+    EXPECT_EQ(b.best_for_mix(24, prefills, {18, 6}), (std::vector<int64_t>{18, 6}));
+}
+
+// A worker's transfer per row comes from the means of its prefill samples, less the fixed cost:
+// a fixed cost measured after the first prefill still comes off it, and a one-row part of a
+// prefill moves the means instead of standing alone for a per-row cost (1 ms over 1 row).
+TEST(ShareBalance, TheTransferPerRowComesFromMeansLessTheFixedCost) {
+    moezip::WorkerOverhead late;
+    late.observe(sample(74.0, CallSize::large, 512));
+    EXPECT_DOUBLE_EQ(late.per_row_ms(), 74.0 / 512);
+    late.observe(sample(10.0, CallSize::small, 1));
+    EXPECT_DOUBLE_EQ(late.per_row_ms(), 64.0 / 512);
+    late.observe(sample(11.0, CallSize::large, 1));  // a one-row part: mean ms 61.4, mean rows 409.8
+    EXPECT_NEAR(late.per_row_ms(), (61.4 - 10.0) / 409.8, 1e-9);
+    EXPECT_LT(late.per_row_ms(), 1.0 / 1);
+}
+
+TEST(AutoShares, RowsGiveASlowWorkerFewerRowsAndStayBitIdentical) {
+    const std::string model = fixture_model(kModel);
+    ASSERT_FALSE(model.empty());
+    Cluster c{test_dir("auto_rows"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow=4"}}));
+    ASSERT_EQ(run_host(c.dir, "single", model, "mode = \"observe\"\n").exit_code, 0);
+    const std::string body = "require_intercept = true\nmode = \"rows\"\n[rows]\nlocal_share = \"auto\"\n[[worker]]\nendpoint = \"" +
+                             c.workers[0]->endpoint() + "\"\nshare = \"auto\"\n";
+    CommandResult r = run_host(c.dir, "auto", model, body);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", c.dir + "/single.json", c.dir + "/auto.json"});
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.out << cmp.err;
+    json rep = load_json(c.dir + "/auto.json");
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    ASSERT_TRUE(rep.contains("balance")) << "the shares over time are in the report";
+    const json & b = rep["balance"];
+    EXPECT_EQ(b["mode"], "rows");
+    EXPECT_EQ(b["history"][0]["shares"], json::array({0.5, 0.5})) << "the first call splits evenly: " << b.dump();
+    EXPECT_GT(b["hosts"][1]["ms_per_unit_large"].get<double>(), 2 * b["hosts"][0]["ms_per_unit_large"].get<double>()) << b.dump();
+    EXPECT_LT(last_share(b, 1), 0.4) << "the slow worker's share shrank: " << b.dump();
+    EXPECT_GT(b["hosts"][1]["units"].get<uint64_t>(), 0u) << "but it still computes rows: " << b.dump();
+}
+
+TEST(AutoShares, ShardMovesTheSlicesToASlowWorkersSpeedWithinTolerance) {
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow=4"}}));
+    ASSERT_EQ(run_host(c.dir, "single", model, "mode = \"observe\"\n").exit_code, 0);
+    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\nshadow_every = 1\n"
+                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    CommandResult r = run_host(c.dir, "auto", model, body);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json rep = load_json(c.dir + "/auto.json");
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << "the worker took its new slice after the new hello";
+    EXPECT_EQ(rep["workers"][0]["errors"], 0) << rep["workers"][0].dump();
+    const json & b = rep["balance"];
+    EXPECT_EQ(b["mode"], "shard");
+    EXPECT_GE(b["slice_changes"].get<int>(), 1) << b.dump();
+    EXPECT_LT(b["shares"][1].get<double>(), 0.5) << "the slow worker's slice shrank: " << b.dump();
+    // (on so small a model the slowed worker may be worth no slice at all: its overhead alone is
+    // longer than this host's whole part; it computed its half during the calibration calls)
+    EXPECT_GT(rep["workers"][0]["requests"].get<uint64_t>(), 0u) << rep["workers"][0].dump();
+    EXPECT_EQ(b["history"][0]["shares"], json::array({0.5, 0.5})) << b.dump();
+    json shadow;
+    for (const auto & w : rep["workers"])
+        if (w.contains("shadow")) shadow = w["shadow"];
+    ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
+    EXPECT_EQ(shadow["exceeded"], 0) << "every call within the verify tolerances: " << shadow.dump();
+    EXPECT_GE(shadow["min_cosine"].get<double>(), 0.999999) << shadow.dump();
+    EXPECT_LE(shadow["max_abs_err"].get<double>(), 1e-4) << shadow.dump();
+}
+
+} // namespace

@@ -1,0 +1,47 @@
+// moezip tests: a set of moezip-worker processes and a host run under the preload, shared by the
+// distributed tests (modes, faults, identity, exit).
+#pragma once
+
+#include "tests/support/test_support.h"
+#include "tests/support/worker_harness.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moezip_test {
+
+/// The JSON in a file (fails the test when it is not JSON; returns a discarded value then).
+nlohmann::json load_json(const std::string & path);
+
+/// The sum of one counter over a moezip report's layers (e.g. "fallbacks", "remote_slots").
+uint64_t sum_layers(const nlohmann::json & report, const char * key);
+
+/// The number after `label` in a moezip-worker counters line ("... key refused 2, ..." -> 2); 0 when
+/// the label is absent.
+uint64_t worker_counter(const std::string & text, const std::string & label);
+
+/// Workers of one test, stopped (SIGKILL) when the cluster goes out of scope.
+struct Cluster {
+    std::string dir;
+    std::vector<std::unique_ptr<WorkerProcess>> workers;
+
+    /// Starts moezip-worker on `model` at `endpoint` ("" experts = all), one thread, plus
+    /// `extra_args` (e.g. --key, --allow). Fails the test
+    /// (EXPECT) and returns false when it does not come up.
+    bool start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
+                      const std::map<std::string, std::string> & env = {}, const std::vector<std::string> & extra_args = {});
+};
+
+/// Writes <dir>/<name>.toml: `no_repack = true`, `report = "<dir>/<name>.json"`, then `body`.
+/// Returns its path.
+std::string write_moezip_config(const std::string & dir, const std::string & name, const std::string & body);
+
+/// Runs argv with LD_PRELOAD = the preload and MOEZIP_CONFIG = config (plus `env`).
+CommandResult run_preloaded(const std::vector<std::string> & argv, const std::string & config,
+                            std::map<std::string, std::string> env = {}, int timeout_s = 300);
+
+} // namespace moezip_test

@@ -1,0 +1,101 @@
+// make bench's statistics (tools/bench/summary.js, pairs.js): runs written here with known tok/s go
+// through the real summary script, and bench.json must carry the ratios within pairs, their bootstrap
+// intervals, "no interval" below 4 pairs, a bimodal run set and the RPC comparison. llama-bench rows
+// (rpc_*) need no preload report, so the runs are plain files.
+#include "tests/support/cluster.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+struct FakeRun {
+    const char * variant;
+    const char * placement;
+    int rep;
+    std::string pair;
+    double prefill, decode;  // tok/s
+};
+
+void write_run(const std::string & runs, int n, const FakeRun & f) {
+    char id[128];
+    snprintf(id, sizeof id, "%04d-m-%s-lo-%s-timed-r%d", n, f.variant, f.placement, f.rep);
+    const std::string v = f.variant;
+    const int n_workers = v == "rpc_tensor" ? 2 : v == "rpc_single" ? 0 : 1;
+    json meta = {{"id", id}, {"model", "a3b-L4-q8_0"}, {"variant", v}, {"mode", "none"}, {"n_workers", n_workers}, {"net", "lo"},
+                 {"placement", f.placement}, {"host_core", f.placement[1] - '0'}, {"worker_core", '1' - f.placement[1]},
+                 {"kind", "timed"}, {"rep", f.rep}, {"load", "anon"}, {"rows_share", 0.5}, {"rc", 0}, {"wall_ms", 1000},
+                 {"host_maxrss_kib", 1024}, {"worker_hwm_kib", json::array()}, {"worker_expert_mib", json::array()},
+                 {"wire_tx", 0}, {"wire_rx", 0}, {"loadavg", {1.0, 1.0}}, {"run", std::string(id) + ".run.json"}, {"report", ""},
+                 {"pinned", true}, {"n_prefill", 512}, {"n_ubatch", 512}, {"n_decode", 64}, {"warmup", true},
+                 {"engine", "llama-bench"}, {"pair", f.pair}, {"no_repack", false}};
+    for (int i = 0; i < n_workers; ++i) { meta["worker_hwm_kib"].push_back(0); meta["worker_expert_mib"].push_back(0); }
+    json run = {{"engine", "llama-bench"}, {"prefill", {{"tokens", 512}, {"tok_s", f.prefill}}},
+                {"decode", {{"tokens", 64}, {"tok_s", f.decode}}}, {"logits_xxh3", nullptr}};
+    std::ofstream(runs + "/" + id + ".meta.json") << meta.dump();
+    std::ofstream(runs + "/" + id + ".run.json") << run.dump();
+}
+
+const json * group(const json & bench, const std::string & variant, const std::string & placement) {
+    for (const json & g : bench["groups"])
+        if (g["variant"] == variant && g["placement"] == placement) return &g;
+    return nullptr;
+}
+
+} // namespace
+
+TEST(BenchSummary, RatiosAreTakenWithinPairsWithIntervalsFromFourPairsUp) {
+    const std::string dir = test_dir("bench_summary"), runs = dir + "/runs";
+    ASSERT_EQ(run_command({"mkdir", "-p", runs}).exit_code, 0);
+    int n = 0;
+    // h0: 6 pairs; the machine switches between two speeds (1x and 2x) from pair to pair, the ratio
+    // within each stays ~1.25 (decode) and 0.8 (prefill): the pairs must cancel the switch
+    const double drift[6] = {1.0, 2.0, 1.05, 2.1, 0.95, 1.95};
+    const double jitter[6] = {1.00, 1.01, 0.99, 1.02, 0.98, 1.00};
+    for (int p = 0; p < 6; ++p) {
+        const std::string pair = "r" + std::to_string(p + 1) + "-1";
+        write_run(runs, ++n, {"rpc_single", "h0", p + 1, pair, 100 * drift[p], 20 * drift[p]});
+        write_run(runs, ++n, {"rpc_experts", "h0", p + 1, pair, 80 * drift[p] * jitter[p], 25 * drift[p] * jitter[p]});
+    }
+    // h1: 2 pairs only: a ratio, no interval, no verdict
+    for (int p = 0; p < 2; ++p) {
+        const std::string pair = "r" + std::to_string(p + 1) + "-2";
+        write_run(runs, ++n, {"rpc_single", "h1", p + 1, pair, 100, 20});
+        write_run(runs, ++n, {"rpc_tensor", "h1", p + 1, pair, 150, 15});
+    }
+    CommandResult r = run_command({"node", repo_root() + "/tools/bench/summary.js", dir}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const json bench = load_json(dir + "/bench.json");
+
+    const json * ex = group(bench, "rpc_experts", "h0");
+    ASSERT_NE(ex, nullptr) << bench["groups"].dump();
+    EXPECT_EQ((*ex)["reference"], "rpc_single");
+    const json & d = (*ex)["decode"];
+    EXPECT_EQ(d["paired"].size(), 6u);
+    EXPECT_NEAR(d["ci95"]["point"].get<double>(), 1.25, 0.02);
+    EXPECT_LE(d["ci95"]["lo"].get<double>(), d["ci95"]["point"].get<double>());
+    EXPECT_GE(d["ci95"]["hi"].get<double>(), d["ci95"]["point"].get<double>());
+    EXPECT_GT(d["ci95"]["lo"].get<double>(), 1.2) << "pairs cancel the 2x switch: " << d.dump();
+    EXPECT_LT(d["ci95"]["hi"].get<double>(), 1.3) << d.dump();
+    EXPECT_TRUE(d["resolved_5pct"].get<bool>()) << d.dump();
+    EXPECT_NEAR((*ex)["prefill"]["ci95"]["point"].get<double>(), 0.8, 0.02);
+    // the switch splits the tok/s themselves into two modes: reported, not averaged into one median
+    EXPECT_TRUE((*ex)["decode"]["bimodal"].is_object()) << (*ex)["decode"].dump();
+
+    const json * t = group(bench, "rpc_tensor", "h1");
+    ASSERT_NE(t, nullptr);
+    EXPECT_NEAR((*t)["prefill"]["ci95"]["point"].get<double>(), 1.5, 1e-9);
+    EXPECT_TRUE((*t)["prefill"]["ci95"]["lo"].is_null()) << "2 pairs give no interval: " << (*t)["prefill"].dump();
+    EXPECT_FALSE((*t)["prefill"]["resolved_5pct"].get<bool>());
+
+    const std::string table = r.out;
+    EXPECT_NE(table.find("1.25x ["), std::string::npos) << table;
+    EXPECT_NE(table.find("1.50x (no interval: 2 pairs)"), std::string::npos) << table;
+    EXPECT_NE(table.find("decode bimodal"), std::string::npos) << table;
+}

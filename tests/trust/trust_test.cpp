@@ -1,0 +1,626 @@
+// "No silent wrong numbers" under the scenarios of servers, bindings and networks: a model replaced
+// in one process, a worker replaced behind its endpoint, the warmup graph, a hostile hello, an
+// exception inside the hook, signals, exit mid-decode, an engine loaded with RTLD_DEEPBIND,
+// unreachable endpoints and contexts decoding at once. Each run is either bit-identical to the
+// engine alone or fails loudly, and the report says what happened.
+#include "tests/support/cluster.h"
+
+#include "coordinator/wire/protocol.h"
+#include "coordinator/wire/transport.h"
+
+#include "gguf.h"
+
+#include <zmq_addon.hpp>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <fstream>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <chrono>
+#include <thread>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+std::string model_a() { return fixture_model({"--preset", "tiny", "--type", "f32"}); }
+/// Same architecture and shapes as model_a, other random weights.
+std::string model_b() { return fixture_model({"--preset", "tiny", "--type", "f32", "--seed", "7"}); }
+
+std::string engine_dir() {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<const void *>(&ggml_backend_load_all_from_path), &info) == 0 || info.dli_fname == nullptr) return "";
+    std::string p = info.dli_fname;
+    return p.substr(0, p.rfind('/'));
+}
+
+/// [[worker]] tables for workers first, first+1, ... of the cluster: experts mode gives each its
+/// experts, rows and shard modes their shares.
+std::string worker_lines(const Cluster & c, const std::vector<std::string> & experts, const std::vector<std::string> & shares = {},
+                         size_t first = 0) {
+    std::string s;
+    for (size_t i = 0; i < std::max(experts.size(), shares.size()); ++i) {
+        s += "[[worker]]\nendpoint = \"" + c.workers[first + i]->endpoint() + "\"\n";
+        if (i < experts.size() && !experts[i].empty()) s += "experts = \"" + experts[i] + "\"\n";
+        if (i < shares.size()) s += "share = " + shares[i] + "\n";
+    }
+    return s;
+}
+
+/// The runs of a moezip-test-host --json file.
+json host_runs(const std::string & path) { return load_json(path)["runs"]; }
+
+bool errors_mention(const json & report, const std::string & text) {
+    for (const auto & e : report["errors"]["first"])
+        if (e.get<std::string>().find(text) != std::string::npos) return true;
+    return false;
+}
+
+std::vector<std::string> test_host(const std::string & scenario, const std::vector<std::string> & models, const std::string & json_out,
+                                   const std::vector<std::string> & extra = {}) {
+    std::vector<std::string> argv = {bin_path("moezip-test-host"), scenario};
+    for (const std::string & m : models) { argv.push_back("-m"); argv.push_back(m); }
+    argv.push_back("--json");
+    argv.push_back(json_out);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+}
+
+// ---- A1: a model replaced in one process ------------------------------------------------------
+
+struct SwapCase {
+    const char * mode;
+    bool no_mmap;
+};
+
+class ModelSwap : public ::testing::TestWithParam<SwapCase> {};
+
+TEST_P(ModelSwap, AnotherModelIsVerifiedByContentAndTheSameModelIsDistributedAgain) {
+    const SwapCase sc = GetParam();
+    const std::string mode = sc.mode;
+    const std::string a = model_a(), b = model_b();
+    Cluster c{test_dir(std::string("swap_") + sc.mode + (sc.no_mmap ? "_no_mmap" : "")), {}};
+    const bool experts = mode == "experts";
+    ASSERT_TRUE(c.start_worker(a, "ipc://" + c.dir + "/w0.sock", experts ? "0-3" : ""));
+    ASSERT_TRUE(c.start_worker(a, "ipc://" + c.dir + "/w1.sock", experts ? "4-7" : ""));
+    std::string body = "mode = \"" + mode + "\"\n";
+    if (mode == "rows") body += "[rows]\nlocal_share = 0.5\n" + worker_lines(c, {"", ""}, {"0.25", "0.25"});
+    else if (mode == "shard") body += "[shard]\nlocal_share = 0.5\n" + worker_lines(c, {"", ""}, {"0.25", "0.25"});
+    else body += worker_lines(c, {"0-3", "4-7"});
+    std::vector<std::string> extra = {"--fixture", "24", "-n", "12"};
+    if (sc.no_mmap) extra.push_back("--no-mmap");
+
+    ASSERT_EQ(run_command(test_host("swap", {a, b, a}, c.dir + "/plain.json", extra)).exit_code, 0);
+    CommandResult aba = run_preloaded(test_host("swap", {a, b, a}, c.dir + "/aba-run.json", extra), write_moezip_config(c.dir, "aba", body));
+    ASSERT_EQ(aba.exit_code, 0) << aba.err;
+    CommandResult ab = run_preloaded(test_host("swap", {a, b}, c.dir + "/ab-run.json", extra), write_moezip_config(c.dir, "ab", body));
+    ASSERT_EQ(ab.exit_code, 0) << ab.err;
+
+    const json plain = host_runs(c.dir + "/plain.json"), dist = host_runs(c.dir + "/aba-run.json");
+    ASSERT_EQ(dist.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(plain[i]["tokens"], dist[i]["tokens"]) << "run " << i;
+        // rows and experts are bit-identical; shard sums partial n_ff slices (close, not exact)
+        if (mode != "shard") {
+            EXPECT_EQ(plain[i]["logits_xxh3"], dist[i]["logits_xxh3"]) << "run " << i << " (model " << (i == 1 ? "B" : "A") << ")";
+        }
+    }
+    const json rep = load_json(c.dir + "/aba.json");
+    EXPECT_GE(rep["plans"]["model_epochs"].get<int>(), 2) << rep["plans"].dump();
+    EXPECT_EQ(rep["plans"]["made"].get<int>(), 6) << "two layers, three models loaded: " << rep["plans"].dump();
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << "the workers serve A, not B: " << rep["errors"].dump();
+    EXPECT_GT(sum_layers(rep, "fallbacks"), 0u) << "B was computed here";
+    // A loaded again is distributed again: more went to the workers than in the run without it
+    const json rep_ab = load_json(c.dir + "/ab.json");
+    EXPECT_GT(sum_layers(rep, "remote_slots"), sum_layers(rep_ab, "remote_slots")) << rep["layers"].dump();
+
+    // require_intercept: B's first decode fails instead of being answered by this host alone
+    CommandResult strict = run_preloaded(test_host("swap", {a, b}, c.dir + "/strict-run.json", extra),
+                                         write_moezip_config(c.dir, "strict", "require_intercept = true\n" + body));
+    EXPECT_EQ(strict.exit_code, 4) << strict.err;
+    EXPECT_NE(strict.err.find("model 1"), std::string::npos) << "the host's decode of B fails: " << strict.err;
+    EXPECT_NE(strict.err.find("weights differ"), std::string::npos) << strict.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ModelSwap,
+                         ::testing::Values(SwapCase{"experts", false}, SwapCase{"experts", true}, SwapCase{"rows", true},
+                                           SwapCase{"shard", false}),
+                         [](const ::testing::TestParamInfo<SwapCase> & i) {
+                             return std::string(i.param.mode) + (i.param.no_mmap ? "_no_mmap" : "_mmap");
+                         });
+
+// ---- A2: a worker replaced behind its endpoint --------------------------------------------------
+
+struct Replacement {
+    const char * name;
+    bool same_model;
+};
+
+class WorkerReplaced : public ::testing::TestWithParam<Replacement> {};
+
+TEST_P(WorkerReplaced, ANewInstanceIsVerifiedAgainBeforeItComputes) {
+    // The worker is replaced while the host is idle between two requests, so nothing times out:
+    // only the instance id tells that another process answers now.
+    const Replacement rp = GetParam();
+    const std::string a = model_a();
+    Cluster c{test_dir(std::string("replaced_") + rp.name), {}};
+    const std::string endpoint = "ipc://" + c.dir + "/w.sock";
+    ASSERT_TRUE(c.start_worker(a, endpoint, ""));
+    const std::string pause = c.dir + "/pause";
+    std::ofstream(c.dir + "/plain-pause.go") << "go\n";  // the run without the preload does not pause
+    ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause"})).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
+    CommandResult host;
+    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause}), cfg); });
+    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const uint64_t first = c.workers[0]->instance();
+    c.workers[0]->stop(SIGKILL, 2000);
+    const bool restarted = c.start_worker(rp.same_model ? a : model_b(), endpoint, "");
+    std::ofstream(pause + ".go") << "go\n";
+    t.join();
+    ASSERT_TRUE(restarted);
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json")) << "both runs bit-identical to the engine alone";
+    const json rep = load_json(c.dir + "/dist.json");
+    const json & w = rep["workers"][0];
+    EXPECT_EQ(w["foreign_instance_replies"], 1) << "the first request after the restart was answered by another instance: " << w.dump();
+    EXPECT_EQ(w["reverifications"], 1) << w.dump();
+    EXPECT_EQ(w["timeouts"], 0) << "noticed by its instance, not by a timeout: " << w.dump();
+    ASSERT_EQ(c.workers[1]->stop(SIGTERM, 5000), 0);
+    const std::string counters = c.workers[1]->stderr_text();
+    EXPECT_NE(counters.find("bad_instance 1"), std::string::npos) << "it refused the request meant for " << moezip::hex64(first) << ": " << counters;
+    if (rp.same_model) {
+        // verified again (hello, digests) and then used: it computed rows for this host
+        EXPECT_EQ(counters.find("rows 0,"), std::string::npos) << counters;
+        EXPECT_EQ(w["identity"]["instance"].get<std::string>(), moezip::hex64(c.workers[1]->instance())) << w.dump();
+        EXPECT_EQ(sum_layers(rep, "fallbacks"), 1u) << "only the request the new instance refused";
+    } else {
+        // another model: refused by content, never computed anything for this host
+        EXPECT_NE(counters.find("rows 0, pairs 0"), std::string::npos) << counters;
+        EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Restarts, WorkerReplaced, ::testing::Values(Replacement{"same_model", true}, Replacement{"other_model", false}),
+                         [](const ::testing::TestParamInfo<Replacement> & i) { return std::string(i.param.name); });
+
+TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
+    // A refusal belongs to the process that was refused: A, then B with another model (refused by
+    // content), then A again at the same endpoint. Found by a breaker: the last worker was never
+    // contacted again, for the rest of the run.
+    const std::string a = model_a();
+    Cluster c{test_dir("replaced_after_refusal"), {}};
+    const std::string endpoint = "ipc://" + c.dir + "/w.sock";
+    ASSERT_TRUE(c.start_worker(a, endpoint, ""));
+    const std::string pause = c.dir + "/pause";
+    std::ofstream(c.dir + "/plain-pause.go") << "go\n";
+    std::ofstream(c.dir + "/plain-pause-2.go") << "go\n";
+    ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause", "--pauses", "2"})).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
+    CommandResult host;
+    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause, "--pauses", "2"}), cfg); });
+    auto wait_for = [](const std::string & f) {
+        for (int i = 0; i < 6000 && !std::ifstream(f); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    };
+    wait_for(pause + ".ready");
+    c.workers[0]->stop(SIGKILL, 2000);
+    const bool b_started = c.start_worker(model_b(), endpoint, "");
+    std::ofstream(pause + ".go") << "go\n";
+    wait_for(pause + "-2.ready");
+    c.workers[1]->stop(SIGKILL, 2000);
+    const bool a_again = c.start_worker(a, endpoint, "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // past the first refusal back-off (1 s)
+    std::ofstream(pause + "-2.go") << "go\n";
+    t.join();
+    ASSERT_TRUE(b_started);
+    ASSERT_TRUE(a_again);
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json")) << "all three runs bit-identical to the engine alone";
+    const json rep = load_json(c.dir + "/dist.json");
+    const json & w = rep["workers"][0];
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << "B was refused by content: " << rep["errors"].dump();
+    EXPECT_EQ(w["replaced_after_refusal"], 1) << w.dump();
+    EXPECT_EQ(w["identity"]["instance"].get<std::string>(), moezip::hex64(c.workers[2]->instance())) << w.dump();
+    EXPECT_EQ(w.value("plans_refused", json::object()).size(), 0u) << "B's refusals were dropped with B: " << w.dump();
+    ASSERT_EQ(c.workers[2]->stop(SIGTERM, 5000), 0);
+    EXPECT_EQ(c.workers[2]->stderr_text().find("rows 0,"), std::string::npos) << "A again computed: " << c.workers[2]->stderr_text();
+}
+
+TEST(WorkerReplaced, ComputeForAnotherInstanceIsRefusedByTheWorker) {
+    // the protocol side of it: a request addressed to the instance before the restart is not computed
+    Cluster c{test_dir("replaced_protocol"), {}};
+    ASSERT_TRUE(c.start_worker(model_a(), "ipc://" + c.dir + "/w.sock", ""));
+    WorkerClient client(c.workers[0]->endpoint(), c.workers[0]->instance() ^ 0x10);
+    ComputeRequest r;
+    r.n_embd = 64; r.n_ff = 64; r.n_used = 2; r.n_rows = 1;
+    r.hidden.assign(64, 0.5f); r.ids = {0, 1}; r.weights = {0.5f, 0.5f};
+    client.send(compute_frames(compute_header(r, client.instance()), r));
+    WorkerReply rep;
+    ASSERT_TRUE(client.recv(rep));
+    EXPECT_EQ(rep.h.kind, (uint16_t) moezip::MsgKind::error);
+    EXPECT_EQ(rep.h.status, (int32_t) moezip::ErrorCode::bad_instance) << rep.text();
+    EXPECT_EQ(rep.h.instance, c.workers[0]->instance()) << "the reply names who answered";
+}
+
+// ---- A3: the warmup graph ------------------------------------------------------------------------
+
+TEST(WarmupGraph, IsComputedExactlyAndLaterGraphsStayDistributed) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("warmup"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    ASSERT_EQ(run_command(test_host("warmup", {model}, c.dir + "/plain.json")).exit_code, 0);
+    CommandResult obs = run_preloaded(test_host("warmup", {model}, c.dir + "/observe-run.json"), write_moezip_config(c.dir, "observe", "mode = \"observe\"\n"));
+    ASSERT_EQ(obs.exit_code, 0) << obs.err;
+    CommandResult ex = run_preloaded(test_host("warmup", {model}, c.dir + "/experts-run.json"),
+                                     write_moezip_config(c.dir, "experts", "require_intercept = true\nmode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"})));
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/experts-run.json"));
+    // the warmup graph's own logits too (the report hashes every graph's output)
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/experts.json"});
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.out;
+    const json rep = load_json(c.dir + "/experts.json");
+    for (const auto & p : rep["provider_map"]) {
+        EXPECT_EQ(p["patterns"].value("up,gate,swiglu,down,weighted,sum2of8", 0), 1) << "one warmup graph: " << p.dump();
+        EXPECT_GT(p["patterns"].value("up,gate,swiglu,down,weighted,sum2", 0), 1) << p.dump();
+    }
+    EXPECT_EQ(rep["checks"]["regions_passthrough"], 0);
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
+}
+
+// ---- A3: a worker's copy of the model damaged in the middle of an expert ------------------------
+
+/// Copies `src` to `dst` and writes `value` over the f32 weight at byte `at` of expert `e`'s slice of
+/// tensor `name` (GGUF layout: slice e = bytes [e*nb[2], (e+1)*nb[2]) of the tensor's data). False
+/// when the tensor is not found or the file cannot be written.
+static bool copy_with_weight_changed(const std::string & src, const std::string & dst, const char * name, int e, size_t at, float value) {
+    gguf_init_params params = {/*no_alloc =*/ true, nullptr};
+    gguf_context * g = gguf_init_from_file(src.c_str(), params);
+    if (g == nullptr) return false;
+    const int64_t id = gguf_find_tensor(g, name);
+    const size_t offset = id < 0 ? 0 : gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
+    const size_t slice = id < 0 ? 0 : gguf_get_tensor_size(g, id) / 8;  // the tiny preset: 8 experts
+    gguf_free(g);
+    if (id < 0 || at + sizeof value > slice) return false;
+    std::string bytes = read_file(src);
+    memcpy(&bytes[offset + (size_t) e * slice + at], &value, sizeof value);
+    std::ofstream(dst, std::ios::binary).write(bytes.data(), (std::streamsize) bytes.size());
+    return read_file(dst).size() == bytes.size();
+}
+
+TEST(Identity, AWorkerFileDamagedInTheMiddleOfAnExpertIsRefused) {
+    // One weight in the middle of expert 5's up slice of layer 0 (16 KiB into a 64 KiB slice: far from
+    // the first and last 256 bytes that protocol 4's sampled digest read, which let this file pass
+    // and changed the logits with a clean report).
+    const std::string a = model_a();
+    Cluster c{test_dir("identity_damaged"), {}};
+    const std::string damaged = c.dir + "/damaged.gguf";
+    ASSERT_TRUE(copy_with_weight_changed(a, damaged, "blk.0.ffn_up_exps.weight", 5, 8192, 100.0f));
+    ASSERT_TRUE(c.start_worker(damaged, "ipc://" + c.dir + "/w.sock", "4-7"));
+    const std::vector<std::string> run = {bin_path("moezip-run"), "-m", a, "--fixture", "16", "-n", "8", "--quiet"};
+    std::vector<std::string> single = run, dist = run;
+    single.insert(single.end(), {"--json", c.dir + "/single.json"});
+    dist.insert(dist.end(), {"--json", c.dir + "/dist-run.json"});
+    ASSERT_EQ(run_command(single).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n"
+                                                               "[dispatch]\non_worker_error = \"local\"\n" + worker_lines(c, {"4-7"}));
+    CommandResult r = run_preloaded(dist, cfg);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(load_json(c.dir + "/single.json")["logits_xxh3"], load_json(c.dir + "/dist-run.json")["logits_xxh3"]);
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_TRUE(errors_mention(rep, "refused for layer 0: expert 5 weights differ from this host's")) << rep["errors"].dump();
+    // layer 0 was computed here, layer 1 (undamaged) still by the worker
+    ASSERT_EQ(rep["layers"].size(), 2u) << rep["layers"].dump();
+    EXPECT_EQ(rep["layers"][0]["remote_slots"].get<uint64_t>(), 0u) << rep["layers"].dump();
+    EXPECT_GT(rep["layers"][1]["remote_slots"].get<uint64_t>(), 0u) << rep["layers"].dump();
+    // this host read the worker's experts once per plan for the digests (2 layers x 4 experts x 3 slices)
+    const uint64_t slice_bytes = 64 * 64 * sizeof(float);
+    EXPECT_EQ(rep["memory"]["identity_digest_bytes"].get<uint64_t>(), 2 * 4 * 3 * slice_bytes) << rep["memory"].dump();
+}
+
+// ---- B4: a hostile hello, an exception inside the hook -------------------------------------------
+
+/// A fake worker's answer: hello_ok with `hello_json` (and the instance 0x1234 in the header) to a
+/// hello, an error to anything else.
+static std::vector<zmq::message_t> fake_worker_reply(const moezip::MsgHeader & h, const std::string & hello_json) {
+    const bool hello = h.kind == (uint16_t) moezip::MsgKind::hello;
+    const std::string text = hello ? hello_json : std::string("fake worker computes nothing");
+    moezip::MsgHeader r = moezip::msg_header_make(hello ? moezip::MsgKind::hello_ok : moezip::MsgKind::error);
+    r.request_id = h.request_id;
+    r.instance = 0x1234;
+    r.status = hello ? 0 : (int32_t) moezip::ErrorCode::compute_failed;
+    moezip::msg_header_set_frame(r, 0, moezip::WireType::none, text.data(), text.size());
+    std::vector<zmq::message_t> out;
+    out.emplace_back(&r, sizeof r);
+    out.emplace_back(text.data(), text.size());
+    return out;
+}
+
+TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFailedDecode) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("hostile_hello");
+    const json good_engine = {{"protocol", moezip::kProtocolVersion}, {"instance", moezip::hex64(0x1234)},
+                              {"ggml_commit", reference_api().ggml_commit()}, {"cpu_variant", reference_variant()},
+                              {"cpu_build_id", reference_build_id()}, {"experts", "4-7"}, {"n_expert", 8}};
+    struct Case { const char * name; json hello; const char * said; };
+    std::vector<Case> cases;
+    json c1 = good_engine; c1["protocol"] = "2";
+    cases.push_back({"protocol_as_string", c1, "protocol \"2\""});
+    json c2 = good_engine; c2["layers"] = {{{"il", "0"}, {"n_embd", 64}}};
+    cases.push_back({"layer_index_as_string", c2, "does not serve this layer"});
+    json c3 = good_engine; c3["layers"] = 5;
+    cases.push_back({"layers_not_an_array", c3, "does not serve this layer"});
+    json c4 = good_engine; c4["layers"] = {{{"il", 0}, {"n_embd", 64}, {"n_ff", 64}, {"n_expert", 8}, {"tensors", "x"}}};
+    cases.push_back({"tensors_not_an_array", c4, "malformed tensor list"});
+    json c5 = good_engine; c5.erase("instance");
+    cases.push_back({"no_instance", c5, "names no worker instance"});
+    CommandResult single = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
+                                        "--json", dir + "/single.json"});
+    ASSERT_EQ(single.exit_code, 0);
+    for (const Case & k : cases) {
+        std::atomic<int> hellos{0};
+        const std::string hello = k.hello.dump();
+        FakeWorkerSocket fake("ipc://" + dir + "/" + k.name + ".sock", [&](const moezip::MsgHeader & h) {
+            hellos += h.kind == (uint16_t) moezip::MsgKind::hello;
+            return fake_worker_reply(h, hello);
+        });
+        const std::string cfg = write_moezip_config(dir, k.name, "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[dispatch]\non_worker_error = \"local\"\n"
+                                                                  "[[worker]]\nendpoint = \"ipc://" + dir + "/" + k.name + ".sock\"\nexperts = \"4-7\"\n");
+        CommandResult r = run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
+                                         "--json", dir + "/" + k.name + "-run.json"}, cfg);
+        ASSERT_EQ(r.exit_code, 0) << k.name << ": " << r.err;
+        EXPECT_EQ(load_json(dir + "/single.json")["logits_xxh3"], load_json(dir + "/" + k.name + "-run.json")["logits_xxh3"]) << k.name;
+        const json rep = load_json(dir + "/" + k.name + ".json");
+        EXPECT_TRUE(errors_mention(rep, k.said)) << k.name << ": " << rep["errors"].dump();
+        EXPECT_EQ(rep["checks"]["regions_handled"].get<int>(), 16) << k.name << ": every region of the 8 graphs handled here";
+        EXPECT_GE(hellos.load(), 1) << k.name;
+    }
+}
+
+TEST(HookFailure, AnExceptionInsideTheHookFollowsThePolicyAndLaterGraphsAreStillHandled) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("hook_exception");
+    auto run = [&](const std::string & name, const std::string & body, std::map<std::string, std::string> env) {
+        return run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
+                              "--json", dir + "/" + name + "-run.json"}, write_moezip_config(dir, name, body), env);
+    };
+    ASSERT_EQ(run("observe", "mode = \"observe\"\n", {}).exit_code, 0);
+    CommandResult r = run("local", "mode = \"local\"\n", {{"MOEZIP_TEST_FAULT", "throw_in_region"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/observe.json", dir + "/local.json"});
+    EXPECT_EQ(cmp.exit_code, 0) << "the engine recomputed the failed region: " << cmp.out;
+    const json rep = load_json(dir + "/local.json");
+    EXPECT_TRUE(errors_mention(rep, "test fault throw_in_region")) << rep["errors"].dump();
+    EXPECT_EQ(rep["checks"]["regions_passthrough"], 1);
+    EXPECT_EQ(rep["checks"]["regions_handled"], 15) << "the thread was not left marked inside the hook";
+    // on_worker_error = "abort": the compute fails, the host says so, nothing crashes
+    CommandResult ab = run("abort", "mode = \"local\"\n[dispatch]\non_worker_error = \"abort\"\n", {{"MOEZIP_TEST_FAULT", "throw_in_region"}});
+    EXPECT_EQ(ab.exit_code, 1) << ab.err;
+    EXPECT_NE(ab.err.find("llama_decode failed"), std::string::npos) << ab.err;
+}
+
+// ---- B5: request frames never outlive their memory ----------------------------------------------
+
+TEST(Transport, RequestFramesAreOwnedByZeroMqOnceSent) {
+    // The caller's buffers are overwritten right after send(): the worker must still see what was
+    // hashed (a zero-copy frame would now carry the new bytes: bad_hash, or a read of freed memory).
+    Cluster c{test_dir("frames_owned"), {}};
+    ASSERT_TRUE(c.start_worker(model_a(), "ipc://" + c.dir + "/w.sock", ""));
+    zmq::context_t ctx(1);
+    moezip::WorkerLink link(ctx, c.workers[0]->endpoint(), 5000);
+    link.set_instance(c.workers[0]->instance());
+    {
+        moezip::MsgHeader hh = moezip::msg_header_make(moezip::MsgKind::hello);
+        hh.request_id = 1;
+        const std::string plan = hello_json(kRowsPlan);
+        ASSERT_TRUE(link.send(hh, {{moezip::WireType::none, {plan.data(), plan.size()}}}));
+        moezip::MsgHeader rh;
+        zmq::message_t d;
+        ASSERT_TRUE(link.recv(1, rh, d));
+    }
+    for (int i = 0; i < 20; ++i) {
+        std::vector<float> hidden(64, 0.25f * i), weights = {0.5f, 0.5f};
+        std::vector<int32_t> ids = {i % 8, (i + 3) % 8};
+        moezip::MsgHeader h = moezip::msg_header_make(moezip::MsgKind::compute);
+        h.request_id = 100 + i; h.layer = 0; h.n_embd = 64; h.n_ff = 64; h.n_used = 2; h.n_rows = 1;
+        h.reply = (uint16_t) moezip::ReplyKind::row_sums; h.glu_op = GGML_GLU_OP_SWIGLU;
+        ASSERT_TRUE(link.send(h, {{moezip::WireType::f32, {hidden.data(), hidden.size() * 4}},
+                                  {moezip::WireType::i32, {ids.data(), ids.size() * 4}},
+                                  {moezip::WireType::f32, {weights.data(), weights.size() * 4}}}));
+        std::fill(hidden.begin(), hidden.end(), -1.0f);
+        ids = {99, 99};
+        hidden.clear();
+        hidden.shrink_to_fit();  // and freed
+        moezip::MsgHeader rh;
+        zmq::message_t data;
+        moezip::Status st = link.recv(h.request_id, rh, data);
+        ASSERT_TRUE(st) << st.to_string();
+        EXPECT_EQ(rh.kind, (uint16_t) moezip::MsgKind::result);
+    }
+    EXPECT_EQ(link.stats().hash_failed, 0u);
+    link.reset();
+}
+
+// ---- B6: signals the host handles ----------------------------------------------------------------
+
+TEST(Signals, EintrResumesTheWaitForAWorker) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("signals"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3", {{"MOEZIP_WORKER_FAULT", "delay_ms=1"}}));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7", {{"MOEZIP_WORKER_FAULT", "delay_ms=1"}}));
+    ASSERT_EQ(run_command(test_host("signals", {model}, c.dir + "/plain.json", {"-n", "40"})).exit_code, 0);
+    CommandResult r = run_preloaded(test_host("signals", {model}, c.dir + "/dist-run.json", {"-n", "40"}),
+                                    write_moezip_config(c.dir, "dist", "require_intercept = true\nmode = \"experts\"\n[dispatch]\non_worker_error = \"abort\"\n" +
+                                                                           worker_lines(c, {"0-3", "4-7"})));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json"));
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    EXPECT_EQ(rep["errors"]["count"], 0) << rep["errors"].dump();
+    for (const auto & w : rep["workers"]) EXPECT_EQ(w["failures"], 0) << w.dump();
+}
+
+namespace {
+void on_test_signal(int) {}
+}
+
+TEST(Signals, OpeningALinkResumesAfterEintr) {
+    // A link is opened at the first MoE call, on the engine's decoding thread; zmq_connect returns
+    // EINTR when a handled signal lands in it. CI once failed the whole run this way ("internal error
+    // while handling the region: Interrupted system call"): opening must simply be done again.
+    struct sigaction sa = {}, old = {};
+    sa.sa_handler = on_test_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART
+    ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    const pthread_t opener = pthread_self();
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> sent{0};
+    std::thread pest([&]() {
+        while (!done) {
+            pthread_kill(opener, SIGUSR1);
+            ++sent;
+            std::this_thread::sleep_for(std::chrono::microseconds(5));
+        }
+    });
+    zmq::context_t ctx(1);
+    const std::string endpoint = "ipc://" + test_dir("eintr_open") + "/nobody.sock";
+    int opened = 0;
+    std::string error;
+    for (int i = 0; i < 3000 && error.empty(); ++i) {
+        try {
+            moezip::WorkerLink link(ctx, endpoint, 100);
+            ++opened;
+        } catch (const std::exception & e) {
+            error = e.what();
+        }
+        // closed sockets are reaped by ZeroMQ's own thread: let it keep up, or the fds run out
+        if (i % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    done = true;
+    pest.join();
+    sigaction(SIGUSR1, &old, nullptr);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(opened, 3000);
+    EXPECT_GT(sent.load(), 1000u);  // the signals really came
+}
+
+// ---- B7: exit while another thread decodes -------------------------------------------------------
+
+TEST(ExitMidDecode, AddsNoCrashAndDoesNotWaitForAStoppedWorker) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("exit_mid_decode"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/s0.sock", ""));  // shard workers serve every expert
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/s1.sock", ""));
+    for (const char * mode : {"experts", "shard"}) {
+        const std::string b = std::string(mode) == "shard" ? "mode = \"shard\"\n[shard]\nlocal_share = 0.5\n" + worker_lines(c, {}, {"0.25", "0.25"}, 2)
+                                                           : "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"});
+        const std::string cfg = write_moezip_config(c.dir, mode, b);
+        int crashes = 0, ok = 0;
+        for (int i = 0; i < 15; ++i) {
+            CommandResult r = run_preloaded(test_host("exit-mid-decode", {model}, c.dir + "/x.json", {"--after-ms", std::to_string(20 + 25 * i)}), cfg, {}, 60);
+            if (r.exit_code >= 128) ++crashes;
+            if (r.exit_code == 0) ++ok;
+            EXPECT_LT(r.exit_code, 128) << mode << " run " << i << ": " << r.err;
+        }
+        EXPECT_EQ(crashes, 0) << mode;
+        EXPECT_EQ(ok, 15) << mode;
+    }
+    // a stopped worker: the decoding thread waits for it (timeouts of 30 s); exit must not
+    WorkerProcess & w = *c.workers[1];
+    ASSERT_EQ(kill(w.pid(), SIGSTOP), 0);
+    const std::string cfg = write_moezip_config(c.dir, "stopped", "mode = \"experts\"\n[dispatch]\ntimeout_ms = 30000\nconnect_timeout_ms = 30000\n" +
+                                                                       worker_lines(c, {"0-3", "4-7"}));
+    auto t0 = std::chrono::steady_clock::now();
+    CommandResult r = run_preloaded(test_host("exit-mid-decode", {model}, c.dir + "/x.json", {"--after-ms", "500"}), cfg, {}, 60);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(w.pid(), SIGCONT);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LT(s, 15.0) << "exit waited for the stopped worker's 30 s timeout";
+}
+
+// ---- B8: an engine loaded with RTLD_DEEPBIND -----------------------------------------------------
+
+TEST(Deepbind, AnEngineBoundPastEveryHookIsNamedAndRequireInterceptFailsTheRun) {
+    if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("deepbind");
+    const std::string engine = engine_dir();
+    ASSERT_FALSE(engine.empty());
+    CommandResult plain = run_command({bin_path("moezip-deepbind-host"), engine, model, "6", "--variants-too"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult r = run_preloaded({bin_path("moezip-deepbind-host"), engine, model, "6", "--variants-too"},
+                                    write_moezip_config(dir, "bypassed", "mode = \"local\"\nrequire_intercept = true\n"));
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_NE(r.err.find("intercepted nothing"), std::string::npos) << r.err;
+    EXPECT_EQ(plain.out, r.out) << "the engine's own output is untouched";
+    const json rep = load_json(dir + "/bypassed.json");
+    EXPECT_EQ(rep["state"], "passthrough");
+    EXPECT_NE(rep["passthrough_reason"].get<std::string>().find("RTLD_DEEPBIND"), std::string::npos) << rep.dump();
+}
+
+TEST(Deepbind, WhenOnlyLibllamaIsDeepboundGraphsAreHandledAndTheLostHooksAreNamed) {
+    if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("deepbind_partial");
+    const std::string engine = engine_dir();
+    CommandResult plain = run_command({bin_path("moezip-deepbind-host"), engine, model, "6"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult r = run_preloaded({bin_path("moezip-deepbind-host"), engine, model, "6"},
+                                    write_moezip_config(dir, "partial", "mode = \"local\"\nrequire_intercept = true\n"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(plain.out, r.out);
+    EXPECT_NE(r.err.find("ggml_backend_buffer_free"), std::string::npos) << "the lost free event is said: " << r.err;
+    const json rep = load_json(dir + "/partial.json");
+    EXPECT_EQ(rep["checks"]["regions_handled"], 12);
+    EXPECT_EQ(rep["hook_bindings"]["libggml-cpu:ggml_graph_compute"], "moezip");
+    EXPECT_EQ(rep["hook_bindings"]["libllama:ggml_backend_buffer_free"].get<std::string>().find("bypassed"), 0u) << rep["hook_bindings"].dump();
+}
+
+// ---- C11: endpoints that cannot be reached -------------------------------------------------------
+
+TEST(Endpoints, AnUnreachableWorkerIsNamedWithTheCause) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("unreachable");
+    const std::string cfg = write_moezip_config(dir, "r", "mode = \"experts\"\n[dispatch]\nconnect_timeout_ms = 300\n"
+                                                          "[[worker]]\nendpoint = \"tcp://nohost.invalid:5601\"\nexperts = \"4-7\"\n"
+                                                          "[[worker]]\nendpoint = \"ipc://" + dir + "/nobody.sock\"\nexperts = \"0-1\"\n"
+                                                          "[[worker]]\nendpoint = \"tcp://127.0.0.1:1\"\nexperts = \"2-3\"\n");
+    CommandResult r = run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "8", "-n", "2", "--no-repack", "--quiet"}, cfg);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("host 'nohost.invalid' does not resolve"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("No such file or directory (" + dir + "/nobody.sock)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tcp://127.0.0.1:1: not connected within 300 ms: Connection refused"), std::string::npos) << r.err;
+}
+
+// ---- C12: contexts decoding at once --------------------------------------------------------------
+
+TEST(ParallelContexts, RunsCompareEqualStreamByStream) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("parallel"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    const std::vector<std::string> extra = {"--contexts", "2", "-n", "24"};
+    CommandResult obs = run_preloaded(test_host("parallel", {model}, c.dir + "/obs-run.json", extra), write_moezip_config(c.dir, "observe", "mode = \"observe\"\n"));
+    ASSERT_EQ(obs.exit_code, 0) << obs.err;
+    CommandResult ex = run_preloaded(test_host("parallel", {model}, c.dir + "/ex-run.json", extra),
+                                     write_moezip_config(c.dir, "experts", "require_intercept = true\nmode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"})));
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    const json ro = load_json(c.dir + "/observe.json"), re = load_json(c.dir + "/experts.json");
+    EXPECT_EQ(ro["logits"]["streams"].size(), 2u) << ro["logits"].dump();
+    EXPECT_EQ(re["logits"]["streams"].size(), 2u);
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", c.dir + "/observe.json", c.dir + "/experts.json"});
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.out << cmp.err;
+    EXPECT_NE(cmp.out.find("2 streams"), std::string::npos) << cmp.out;
+}
+
+} // namespace
