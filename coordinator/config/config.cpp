@@ -286,11 +286,12 @@ struct Reader {
             read_int(*t, "rows", "min_rows", 1, 1000000, cfg.rows.min_rows);
         }
         if (const toml::table * t = section(root, "experts")) {
-            check_known(*t, "experts", {"local", "combine", "shadow_every", "release_unowned", "replicas"});
+            check_known(*t, "experts", {"local", "combine", "shadow_every", "release_unowned", "copy_local", "replicas"});
             read_experts(*t, "experts", "local", cfg.experts.local);
             read_choice(*t, "experts", "combine", {"exact", "partial"}, cfg.experts.combine);
             read_int(*t, "experts", "shadow_every", 0, 1000000000, cfg.experts.shadow_every);
             read_bool(*t, "experts", "release_unowned", cfg.experts.release_unowned);
+            read_bool(*t, "experts", "copy_local", cfg.experts.copy_local);
             read_bool(*t, "experts", "replicas", cfg.experts.replicas);
         }
         if (const toml::table * t = section(root, "shard")) {

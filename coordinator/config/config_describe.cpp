@@ -96,6 +96,7 @@ void describe_sections(const Config & c, Lines & l) {
     l.add_str("experts.combine", config_combine_name(c.experts.combine));
     l.add("experts.shadow_every", c.experts.shadow_every);
     l.add("experts.release_unowned", c.experts.release_unowned);
+    l.add("experts.copy_local", c.experts.copy_local);
     l.add("experts.replicas", c.experts.replicas);
     if (c.shard.auto_share) l.add_str("shard.local_share", "auto");
     else l.add_num("shard.local_share", c.shard.local_share);

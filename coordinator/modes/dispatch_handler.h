@@ -26,6 +26,7 @@
 #include "coordinator/balance/share_balance.h"
 #include "coordinator/compute/down_slice.h"
 #include "coordinator/dispatch/dispatcher.h"
+#include "coordinator/memory/own_expert_copies.h"
 #include "coordinator/memory/weight_release.h"
 #include "coordinator/modes/region_handler.h"
 #include "coordinator/modes/split.h"
@@ -164,11 +165,12 @@ private:
 
 class ExpertsHandler : public DispatchHandler {
 public:
-    using DispatchHandler::DispatchHandler;
+    ExpertsHandler(const Config & cfg, const GgmlApi & api, EngineIdentity self);
     Status compute(const MoeRegion & r, LayerCounters & c) override;
     /// {"release_unowned", "advised_bytes" (given to madvise), "rss_dropped_bytes" (VmRSS decrease
     /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
-    /// "not_released"}.
+    /// "not_released"}, "copy_local", own_copy_slots (slots computed from the copies) and the own_copy_* keys
+    /// (OwnExpertCopies::add_to).
     nlohmann::json memory_json() const override;
     /// experts.replicas: the balancer's decisions and speed estimates (ExpertBalancer::to_json); null otherwise.
     nlohmann::json balance_json() const override;
@@ -192,6 +194,9 @@ private:
     void release_unowned(const MoeRegion & r, size_t w);
     std::vector<int> owners_;                   // expert_owners: -1 when resident here
     std::vector<std::vector<int>> owner_sets_;  // expert_owner_sets: every owner
+    std::vector<bool> own_;                     // [n_expert]: this host is an owner (computes it, not as a fallback)
+    OwnExpertCopies own_copies_{disp_.api()};   // per plan: this host's experts in anonymous memory
+    uint64_t slots_from_copy_ = 0;              // slots computed from own_copies_ (the rest: the mapping)
     std::vector<int64_t> expert_slots_;         // slots per expert in the current call
     ExpertBalancer balancer_{1 + cfg_.workers.size()};
     uint64_t partial_calls_ = 0;

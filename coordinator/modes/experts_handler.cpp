@@ -27,6 +27,13 @@ struct ExpertsHandler::Part {
     zmq::message_t result;                           // slots [n_embd, pairs] or row sums [n_embd, rows]
 };
 
+ExpertsHandler::ExpertsHandler(const Config & cfg, const GgmlApi & api, EngineIdentity self)
+    : DispatchHandler(cfg, api, std::move(self)) {
+    if (!cfg.experts.copy_local) own_copies_.disable("experts.copy_local = false");
+    // a shadow check computes every expert from the mapping: this host's would then be held twice
+    else if (cfg.experts.shadow_every > 0) own_copies_.disable("experts.shadow_every > 0 (shadow checks read every expert from the mapping)");
+}
+
 Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
     if (pairs.empty()) return Status::ok();
     const int64_t E = r.n_embd, k = r.n_used, P = (int64_t) pairs.size();
@@ -50,7 +57,12 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     b.weights = pair_weights_.data();
     MoeBuffers bufs;  // intermediates in the region's node memory; results go to our own pair_out_
     const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
-    Status st = disp_.executor().compute_slots(region_expert_weights(r), b, pair_out_.data(), in_engine ? &bufs : nullptr);
+    // this host's experts from their anonymous copy; anything else (a fallback, a check of a worker's
+    // part) from the engine's mapping
+    const ExpertWeights mapped = region_expert_weights(r);
+    const ExpertWeights * copy = own_copies_.get(r.plan_id, mapped, pair_ids_.data(), P);
+    if (copy != nullptr) slots_from_copy_ += (uint64_t) P;
+    Status st = disp_.executor().compute_slots(copy ? *copy : mapped, b, pair_out_.data(), in_engine ? &bufs : nullptr);
     if (!st) return st;
     for (int64_t p = 0; p < P; ++p)
         memcpy(&slots_[(pairs[p].first * k + pairs[p].second) * E], &pair_out_[p * E], E * sizeof(float));
@@ -85,13 +97,17 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;
     // partial combine: a shadow call verifies every worker's part before it measures the whole region
     const bool shadow_call = !exact && cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0;
-    auto t0 = std::chrono::steady_clock::now();
     if ((int64_t) owners_.size() != r.n_expert) {
         Status cov = config_check_expert_coverage(cfg_, (int) r.n_expert);
         if (!cov) return cov;
         owners_ = expert_owners(cfg_, (int) r.n_expert);
         owner_sets_ = expert_owner_sets(cfg_, (int) r.n_expert);
+        own_.assign((size_t) r.n_expert, false);
+        for (size_t e = 0; e < owner_sets_.size(); ++e)
+            own_[e] = std::find(owner_sets_[e].begin(), owner_sets_[e].end(), -1) != owner_sets_[e].end();
     }
+    own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before anything is timed
+    auto t0 = std::chrono::steady_clock::now();
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
     const CallSize size = call_size(n);
@@ -312,14 +328,19 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
 
 void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
     DispatchHandler::forget_plans(plans);
-    for (uint64_t p : plans)
+    for (uint64_t p : plans) {
+        own_copies_.forget(p);
         for (auto it = released_.lower_bound({p, 0}); it != released_.end() && it->first == p;) it = released_.erase(it);
+    }
 }
 
 nlohmann::json ExpertsHandler::memory_json() const {
     nlohmann::json j = DispatchHandler::memory_json();
     j["release_unowned"] = cfg_.experts.release_unowned;
     release_.add_to(j);
+    j["copy_local"] = cfg_.experts.copy_local;
+    j["own_copy_slots"] = slots_from_copy_;
+    own_copies_.add_to(j);
     return j;
 }
 

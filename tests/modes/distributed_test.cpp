@@ -260,6 +260,50 @@ TEST(Distributed, WeightsReadIntoMemoryAreKeptAndTheRunStaysExact) {
     json rep = load_json(c.dir + "/no_mmap.json");
     EXPECT_EQ(rep["memory"]["advised_bytes"], 0) << rep["memory"].dump();
     EXPECT_NE(rep["memory"].value("not_released", "").find("anonymous memory"), std::string::npos) << rep["memory"].dump();
+    EXPECT_EQ(rep["memory"]["own_copy_layers"], 0) << "nothing to gain from a copy: " << rep["memory"].dump();
+    EXPECT_NE(rep["memory"].value("own_copy_not_made", "").find("anonymous memory already"), std::string::npos) << rep["memory"].dump();
+}
+
+// experts.copy_local (default): this host computes its own experts from a copy in anonymous memory
+// and drops its pages of them in the engine's mapping; a dead worker's experts are computed here
+// from the mapping. Same bits as one node either way, and as the run without the copy.
+TEST(Distributed, TheCoordinatorsOwnExpertsComputeFromAnAnonymousCopyWithTheSameBits) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});  // 2 MoE layers, 8 experts, n_embd = n_ff = 64
+    Cluster c{test_dir("distributed_own_copy"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "4-5"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "6-7", {{"MOEZIP_WORKER_FAULT", "exit_after=20"}}));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    auto body = [&](const std::string & extra) {
+        return "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n" + extra +
+               "[dispatch]\non_worker_error = \"local\"\ntimeout_ms = 60000\nconnect_timeout_ms = 1000\n"  // w1 is gone in the 2nd run
+               "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"4-5\"\n"
+               "[[worker]]\nendpoint = \"" + c.workers[1]->endpoint() + "\"\nexperts = \"6-7\"\n";
+    };
+    CommandResult r = run_host(c.dir, "copied", model, body(""), kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "copied");
+    json rep = load_json(c.dir + "/copied.json");
+    const json & m = rep["memory"];
+    // q8_0: 34 bytes per 32 values; each of gate, up, down holds 64 rows of 64 values per expert
+    const uint64_t expert_bytes = 64 * (64 / 32) * 34;
+    EXPECT_EQ(m["copy_local"], true);
+    EXPECT_EQ(m["own_copy_layers"], 2) << m.dump();
+    EXPECT_EQ(m["own_copy_bytes_max"].get<uint64_t>(), 2u * 3u * 4u * expert_bytes) << "experts 0-3 of gate, up, down in both layers: " << m.dump();
+    EXPECT_GT(m["own_copy_dropped_bytes"].get<uint64_t>(), 0u) << "the mapped pages of the copied experts left: " << m.dump();
+    EXPECT_FALSE(m.contains("own_copy_not_made")) << m.dump();
+    EXPECT_GT(rep["workers"][1]["fallbacks"].get<int>(), 0) << "the dead worker's experts were computed here: " << rep["workers"].dump();
+    // this host's slots from the copy, the dead worker's (fallbacks) from the mapping
+    EXPECT_GT(m["own_copy_slots"].get<uint64_t>(), 0u) << m.dump();
+    EXPECT_LT(m["own_copy_slots"].get<uint64_t>(), sum_layers(rep, "local_slots")) << m.dump();
+
+    CommandResult off = run_host(c.dir, "mapped", model, body("copy_local = false\n"), kPrompt128);
+    ASSERT_EQ(off.exit_code, 0) << off.err;
+    expect_same_logits(c.dir, "single", "mapped");
+    const json moff = load_json(c.dir + "/mapped.json")["memory"];
+    EXPECT_EQ(moff["own_copy_layers"], 0) << moff.dump();
+    EXPECT_EQ(moff["own_copy_slots"], 0) << moff.dump();
+    EXPECT_EQ(moff["own_copy_not_made"], "experts.copy_local = false") << moff.dump();
 }
 
 } // namespace

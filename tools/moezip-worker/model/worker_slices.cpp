@@ -3,7 +3,6 @@
 #include "coordinator/base/log.h"
 #include "coordinator/compute/down_slice.h"
 
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <climits>
@@ -14,22 +13,6 @@
 
 namespace moezip {
 
-namespace {
-
-Status reserve(size_t bytes, const ggml_tensor * of, void *& out) {
-    void * p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return Status::io_error(std::string("packing a shard slice of ") + of->name + ": " + strerror(errno));
-    madvise(p, bytes, MADV_HUGEPAGE);  // the kernels stream these: as the worker's own weights (a hint)
-    out = p;
-    return Status::ok();
-}
-
-} // namespace
-
-WorkerSlices::Buffer::~Buffer() {
-    if (data != nullptr) munmap(data, std::max<size_t>(size, 1));
-}
-
 bool slice_packable(const WorkerLayer & l) {
     return !l.repacked && l.local_of.empty() && l.gate_b == nullptr && l.up_b == nullptr && l.down_b == nullptr &&
            l.gate_exps != nullptr && l.up_exps != nullptr && l.down_exps != nullptr;
@@ -39,17 +22,16 @@ bool slice_packable(const WorkerLayer & l) {
 Status WorkerSlices::pack_rows(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const {
     const size_t row = src->nb[1], slab = row * (size_t) count;
     const int64_t n_expert = src->ne[2];
-    b.size = slab * (size_t) n_expert;
-    Status st = reserve(b.size, src, b.data);
+    Status st = b.reserve(slab * (size_t) n_expert, std::string("a shard slice of ") + src->name);
     if (!st) return st;
-    uint8_t * dst = static_cast<uint8_t *>(b.data);
+    uint8_t * dst = static_cast<uint8_t *>(b.data());
     for (const ExpertRange & r : model_.served())
         for (int64_t e = r.first; e <= r.last; ++e) {
             const uint64_t at = (uint64_t) e * src->nb[2] + (uint64_t) first * row;
             if (from_memory) memcpy(dst + (size_t) e * slab, static_cast<const uint8_t *>(src->data) + at, slab);
             else if (!(st = model_.read_file(src, at, slab, dst + (size_t) e * slab))) return st;
         }
-    describe_packed_slice(t, src, src->ne[0], count, n_expert, row, b.data, first, count);
+    describe_packed_slice(t, src, src->ne[0], count, n_expert, row, b.data(), first, count);
     return Status::ok();
 }
 
@@ -59,10 +41,9 @@ Status WorkerSlices::pack_down(const ggml_tensor * src, int64_t first, int64_t c
     const int64_t blk = api_.ggml_blck_size(src->type);
     const size_t type_size = api_.ggml_type_size(src->type);
     const size_t part = (size_t) (count / blk) * type_size, at = (size_t) (first / blk) * type_size;
-    b.size = part * (size_t) (n_embd * n_expert);
-    Status st = reserve(b.size, src, b.data);
+    Status st = b.reserve(part * (size_t) (n_embd * n_expert), std::string("a shard slice of ") + src->name);
     if (!st) return st;
-    uint8_t * dst = static_cast<uint8_t *>(b.data);
+    uint8_t * dst = static_cast<uint8_t *>(b.data());
     std::vector<uint8_t> bounce;  // one expert read from the file
     for (const ExpertRange & r : model_.served())
         for (int64_t e = r.first; e <= r.last; ++e) {
@@ -74,7 +55,7 @@ Status WorkerSlices::pack_down(const ggml_tensor * src, int64_t first, int64_t c
             }
             pack_row_parts(expert, src->nb[1], at, part, n_embd, dst + (size_t) e * (size_t) n_embd * part);
         }
-    describe_packed_slice(t, src, count, n_embd, n_expert, part, b.data, first, count);
+    describe_packed_slice(t, src, count, n_embd, n_expert, part, b.data(), first, count);
     return Status::ok();
 }
 
@@ -125,7 +106,7 @@ bool WorkerSlices::holds_any(int il) const {
 
 uint64_t WorkerSlices::bytes() const {
     uint64_t n = 0;
-    for (const auto & kv : copies_) n += kv.second->gate.size + kv.second->up.size + kv.second->down.size;
+    for (const auto & kv : copies_) n += kv.second->gate.size() + kv.second->up.size() + kv.second->down.size();
     return n;
 }
 

@@ -17,6 +17,7 @@
 // once in the log.
 #pragma once
 
+#include "coordinator/memory/anonymous_memory.h"
 #include "coordinator/base/status.h"
 #include "tools/moezip-worker/model/worker_model.h"
 
@@ -60,14 +61,7 @@ public:
     uint64_t evicted() const { return evicted_; }
 
 private:
-    struct Buffer {  // an anonymous mapping of its own: freed whole when the copy goes
-        void * data = nullptr;
-        size_t size = 0;
-        Buffer() = default;
-        Buffer(const Buffer &) = delete;
-        Buffer & operator=(const Buffer &) = delete;
-        ~Buffer();
-    };
+    using Buffer = AnonymousMemory;  // a mapping of its own per tensor: freed whole when the copy goes
     struct Copy {
         Packed packed;
         Buffer gate, up, down;
