@@ -14,6 +14,8 @@
 #   experts1_verify  experts1 with dispatch.verify_every = BENCH_VERIFY_EVERY (default 10): one worker
 #                    result in N recomputed on the coordinator
 #   single_nr        single with --no-repack (the reference moezip's no_repack runs were once held to)
+#   single_anon      single with --no-mmap: one node with its weights in anonymous memory (4 KiB pages;
+#                    moezip's workers and experts.copy_local hold experts with huge pages)
 # Placement (docs/placement.md), experts mode with one worker:
 #   experts1_plan    the placement moezip-plan writes from the routing statistics of this model's `local`
 #                    phase runs (another prompt than the timed runs'), each host given BENCH_PLAN_SHARE of
@@ -44,7 +46,7 @@
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
 #   BENCH_SET           comparison (default): the side-by-side answer, in about an hour here: a3b-L4-q8_0
-#                       (single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and
+#                       (single single_nr single_anon observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and
 #                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
 #                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
 #                       a3b-L4-q4_K, repack-costs): about 2 h more.
@@ -157,7 +159,7 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|single_nr|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
+    case "$v" in single|single_nr|single_anon|observe|local|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
                  experts1_plan|experts1_repl|rows1_slow|rows1_auto_slow|shard1_slow|shard1_auto_slow) ;;
         *) die "unknown variant '$v'";; esac
 done
@@ -256,13 +258,13 @@ plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     if [ "$SET" = comparison ]; then
         case "$1" in
-            a3b-L4-q8_0) echo "single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
+            a3b-L4-q8_0) echo "single single_nr single_anon observe local experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
             *) echo "single observe local experts1 shard1 rpc_single rpc_experts" ;;
         esac
         return
     fi
     case "$1" in
-        a3b-L4-q8_0) echo "single single_nr observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
+        a3b-L4-q8_0) echo "single single_nr single_anon observe local rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
                           "experts1_plan experts1_repl rows1_slow rows1_auto_slow shard1_slow shard1_auto_slow" ;;
         a3b-L8-q8_0) echo "single experts1 rpc_single rpc_experts" ;;
         a3b-L4-q4_K) echo "single single_nr rows1 experts1" ;;
@@ -288,7 +290,7 @@ ref_of() { case "$1" in single|rpc_single) echo "" ;; rpc_*) echo rpc_single ;; 
 no_repack_for() {
     case "$2" in
         single_nr) echo 1; return ;;
-        single) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
+        single|single_anon) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
         rpc_*) echo 0; return ;;   # llama-bench has no --no-repack: always the engine's default
     esac
     case "$NO_REPACK" in
@@ -494,7 +496,7 @@ run_one() {
         prefill) args+=(--fixture "$N_PREFILL" -n 1) ;;
         decode) args+=(--fixture 1 -n "$((N_DECODE + 1))") ;;
     esac
-    [ "$LOAD" = anon ] && args+=(--no-mmap)
+    if [ "$LOAD" = anon ] || [ "$v" = single_anon ]; then args+=(--no-mmap); fi
     if [ "$engine" = llama-bench ] && [ "$ok" = 1 ]; then
         # the same lengths, ubatch and thread count; llama-bench times the prompt and the decode as two
         # tests, each after one untimed warm-up run of its own (decode from an empty context)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace moezip {
 
@@ -46,11 +47,11 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     c->ff_count = ff_count;
     const size_t part = (size_t) (ff_count / blk) * type_size;  // bytes of one row's slice
     const size_t at = (size_t) (ff_first / blk) * type_size;
-    c->size = part * (size_t) (n_embd * n_expert);
-    c->data.reset(new uint8_t[c->size]);
+    if (!c->data.reserve(part * (size_t) (n_embd * n_expert), std::string("a packed slice of ") + down->name)) return nullptr;
     // rows of expert e follow each other: nb[2] = nb[1] * n_embd
-    pack_row_parts(static_cast<const uint8_t *>(down->data), row, at, part, n_embd * n_expert, c->data.get());
-    describe_packed_slice(c->tensor, down, ff_count, n_embd, n_expert, part, c->data.get(), ff_first, ff_count);
+    uint8_t * dst = static_cast<uint8_t *>(c->data.data());
+    pack_row_parts(static_cast<const uint8_t *>(down->data), row, at, part, n_embd * n_expert, dst);
+    describe_packed_slice(c->tensor, down, ff_count, n_embd, n_expert, part, dst, ff_first, ff_count);
     const ggml_tensor * out = &c->tensor;
     copies_[key] = std::move(c);
     max_bytes_ = std::max(max_bytes_, bytes());
@@ -59,7 +60,7 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
 
 uint64_t DownSliceCopies::bytes() const {
     uint64_t n = 0;
-    for (const auto & kv : copies_) n += kv.second->size;
+    for (const auto & kv : copies_) n += kv.second->data.size();
     return n;
 }
 

@@ -12,6 +12,7 @@
 // the same key replaces it. The gate and up slices need no copy: they are whole rows (ne[1]).
 #pragma once
 
+#include "coordinator/memory/anonymous_memory.h"
 #include "preload/engine_api.h"
 
 #include "ggml.h"
@@ -43,7 +44,8 @@ public:
     /// `key` and this slice and kept until another slice is asked for under `key` (the old copy is
     /// freed first), or forget(key).
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
-    /// the slice is not whole blocks inside n_ff (the executor then reports the error).
+    /// the slice is not whole blocks inside n_ff (the executor then reports the error), or no memory
+    /// could be reserved for the copy (the strided view of `down` serves instead).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
     /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
@@ -56,8 +58,7 @@ private:
     struct Copy {
         const void * src = nullptr;    // down->data it was made from
         int64_t ff_first = 0, ff_count = 0;
-        std::unique_ptr<uint8_t[]> data;  // not zeroed first: every byte is copied over
-        size_t size = 0;
+        AnonymousMemory data;  // huge pages where the kernel gives them: the kernels stream it
         ggml_tensor tensor{};
     };
     const GgmlApi & api_;

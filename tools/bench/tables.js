@@ -2,10 +2,10 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "single_nr", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
+const VARIANTS = ["single", "single_nr", "single_anon", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
                   "rpc_single", "rpc_experts", "rpc_tensor"];
 /// How a variant is shown: the references say which one they are.
-const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", rpc_single: "rpc_single (llama-bench, one node)",
+const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", single_anon: "single --no-mmap", rpc_single: "rpc_single (llama-bench, one node)",
                 rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
 const label = (g) => LABEL[g.variant] || g.variant;
 /// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.

@@ -43,7 +43,7 @@ function amdahl_bound(variant, phase, p, s, r = 1) {
 function amdahl_rows(groups, phases) {
     const out = [];
     for (const g of groups) {
-        if (g.variant === "single" || g.variant === "single_nr" || g.variant === "observe" || g.variant === "local" ||
+        if (g.variant === "single" || g.variant === "single_nr" || g.variant === "single_anon" || g.variant === "observe" || g.variant === "local" ||
             g.engine === "llama-bench") continue;  // bound 1 (see targets), or not moezip
         for (const ph of ["prefill", "decode"]) {
             const p = moe_share(phases, g.model, ph);
