@@ -1,5 +1,7 @@
 #include "coordinator/compute/down_slice.h"
 
+#include "coordinator/base/log.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -47,7 +49,12 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     c->ff_count = ff_count;
     const size_t part = (size_t) (ff_count / blk) * type_size;  // bytes of one row's slice
     const size_t at = (size_t) (ff_first / blk) * type_size;
-    if (!c->data.reserve(part * (size_t) (n_embd * n_expert), std::string("a packed slice of ") + down->name)) return nullptr;
+    Status st = c->data.reserve(part * (size_t) (n_embd * n_expert), std::string("a packed slice of ") + down->name);
+    if (!st) {
+        if (!reserve_failed_) LOG_ERROR("shard: %s; computing from a strided view of the mapping", st.message().c_str());
+        reserve_failed_ = true;
+        return nullptr;
+    }
     // rows of expert e follow each other: nb[2] = nb[1] * n_embd
     uint8_t * dst = static_cast<uint8_t *>(c->data.data());
     pack_row_parts(static_cast<const uint8_t *>(down->data), row, at, part, n_embd * n_expert, dst);

@@ -64,6 +64,7 @@ private:
     const GgmlApi & api_;
     std::map<uint64_t, std::unique_ptr<Copy>> copies_;
     uint64_t max_bytes_ = 0;
+    bool reserve_failed_ = false;  // logged once
 };
 
 } // namespace moezip

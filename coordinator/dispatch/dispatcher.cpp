@@ -215,12 +215,16 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     for (int e : experts)
         if (json_str(*digests, std::to_string(e).c_str()) == "?")
             return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
-    // experts mode: what this host does not compute is read for the digest, then dropped again
+    // experts mode: what this host does not compute is read for the digest, then dropped again; so
+    // are its own replicas of the worker's experts when it computes those from a copy
+    // (experts.copy_local, coordinator/memory/own_expert_copies.h), else they would be held twice
     std::vector<int> drop_after;
-    if (cfg_.mode == ConfigMode::experts && config_why_experts_resident(cfg_).empty()) {
+    if (cfg_.mode == ConfigMode::experts) {
+        const bool release = config_why_experts_resident(cfg_).empty();
+        const bool copied_here = cfg_.experts.copy_local && cfg_.experts.shadow_every == 0;
         const std::vector<int> owners = expert_owners(cfg_, (int) r.n_expert);
         for (int e : experts)
-            if (owners[(size_t) e] != -1) drop_after.push_back(e);
+            if (owners[(size_t) e] != -1 ? release : copied_here) drop_after.push_back(e);
     }
     const std::vector<uint64_t> here = digests_here_.digests(r, experts, drop_after);
     for (size_t i = 0; i < experts.size(); ++i)

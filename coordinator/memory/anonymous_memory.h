@@ -1,11 +1,13 @@
 // moezip: a private anonymous reservation for weights that kernels stream.
 //
-// Both sides hold expert weights this way: the worker (tools/moezip-worker/model/worker_model.h) and
-// the coordinator's copy of its own experts (own_expert_copies.h). MAP_NORESERVE: a page takes
+// Used for the coordinator's copy of its own experts (own_expert_copies.h), its packed down slices
+// (coordinator/compute/down_slice.h) and a worker's packed shard slices; a worker's model is reserved
+// the same way per tensor (tools/moezip-worker/model/worker_model.cpp). MAP_NORESERVE: a page takes
 // memory only once written, so a reservation of a whole [.., .., n_expert] tensor costs only the
-// experts copied into it. MADV_HUGEPAGE: with transparent huge pages in "madvise" mode (Debian's
-// default) the kernel backs it with 2 MiB pages, which streams faster than the 4 KiB page-cache
-// pages of a file mapping (docs/performance.md, "Each program's default load").
+// experts copied into it (rounded to 2 MiB at the edges of each written run when huge pages are
+// used). MADV_HUGEPAGE: with transparent huge pages in "madvise" mode (Debian's default) the kernel
+// backs it with 2 MiB pages, fewer TLB misses than the 4 KiB page-cache pages of a file mapping
+// (docs/performance.md, "The coordinator's own experts in huge pages").
 #pragma once
 
 #include "coordinator/base/status.h"

@@ -1,10 +1,15 @@
 #include "coordinator/memory/own_expert_copies.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/base/test_fault.h"
+
+#include <sys/vfs.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace moezip {
 
@@ -19,6 +24,30 @@ bool dense(const GgmlApi & api, const ggml_tensor * t) {
            t->nb[3] == t->nb[2] * (size_t) t->ne[2];
 }
 
+// MemAvailable of /proc/meminfo in bytes (proc(5)); -1 when it cannot be read.
+int64_t mem_available_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        long long kib = 0;
+        if (sscanf(line.c_str(), "MemAvailable: %lld kB", &kib) == 1) return (int64_t) kib * 1024;
+    }
+    return -1;
+}
+
+// Why pages of `file` stay in memory when dropped from this process ("" when they leave): tmpfs and
+// ramfs hold a file's pages in memory, so a copy would hold them twice (statfs(2) magic numbers).
+std::string pages_stay_resident(const std::string & file) {
+    struct statfs fs;
+    if (statfs(file.c_str(), &fs) != 0) return "";
+    if (fs.f_type == 0x01021994) return file + " is on tmpfs";
+    if (fs.f_type == (decltype(fs.f_type)) 0x858458f6) return file + " is on ramfs";
+    if (fs.f_type == (decltype(fs.f_type)) 0x958458f6) return file + " is on hugetlbfs";
+    return "";
+}
+
+constexpr int64_t kMemoryMargin = 512ll << 20;  // left to everything else when a layer's copy is made
+
 } // namespace
 
 const OwnExpertCopies::Copy * OwnExpertCopies::made_from(uint64_t key, const ExpertWeights & orig) const {
@@ -31,42 +60,71 @@ const OwnExpertCopies::Copy * OwnExpertCopies::made_from(uint64_t key, const Exp
 void OwnExpertCopies::prepare(uint64_t key, const ExpertWeights & orig, const std::vector<bool> & own) {
     if (!not_copied_.empty()) return;
     const Copy * c = made_from(key, orig);
-    if (c != nullptr && c->held == own) return;
+    if (c != nullptr && c->wanted == own) return;  // made, or decided against, for these weights
     copies_.erase(key);  // the old copy goes first: one per key at any time
     auto fresh = std::make_unique<Copy>();
-    if (!make(*fresh, orig, own)) return;
-    copies_.emplace(key, std::move(fresh));
+    fresh->src[0] = orig.gate_exps->data;
+    fresh->src[1] = orig.up_exps->data;
+    fresh->src[2] = orig.down_exps->data;
+    fresh->wanted = own;
+    fresh->held.assign(own.size(), false);
+    if (std::none_of(own.begin(), own.end(), [](bool b) { return b; })) ++without_own_;
+    else if (!make(*fresh, orig, own)) fresh->held.assign(own.size(), false);
+    copies_.emplace(key, std::move(fresh));  // remembered either way: decided once per plan
     max_bytes_ = std::max(max_bytes_, bytes());
 }
 
-const ExpertWeights * OwnExpertCopies::get(uint64_t key, const ExpertWeights & orig, const int32_t * ids, int64_t n_ids) const {
+bool OwnExpertCopies::holds(uint64_t key, const ExpertWeights & orig, int64_t e) const {
     const Copy * c = made_from(key, orig);
-    if (c == nullptr) return nullptr;
-    for (int64_t i = 0; i < n_ids; ++i)
-        if (ids[i] < 0 || ids[i] >= (int64_t) c->held.size() || !c->held[ids[i]]) return nullptr;
-    return &c->weights;
+    return c != nullptr && e >= 0 && e < (int64_t) c->held.size() && c->held[(size_t) e];
+}
+
+ExpertWeights OwnExpertCopies::weights(uint64_t key, const ExpertWeights & orig) const {
+    ExpertWeights w = orig;
+    const Copy * c = made_from(key, orig);
+    if (c != nullptr && c->bytes > 0) {
+        w.gate_exps = &c->tensor[0];
+        w.up_exps = &c->tensor[1];
+        w.down_exps = &c->tensor[2];
+    }
+    return w;
+}
+
+void OwnExpertCopies::skip(const std::string & why) {
+    if (skipped_++ == 0) {
+        skipped_why_ = why;
+        LOG_INFO("experts: computing a layer's own experts from the mapping: %s", why.c_str());
+    }
 }
 
 bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vector<bool> & own) {
     const ggml_tensor * src[3] = {orig.gate_exps, orig.up_exps, orig.down_exps};
     for (const ggml_tensor * t : src) {
         if (!dense(api_, t)) {
-            not_copied_ = std::string("the expert weights ") + (t && t->extra ? "are repacked by the CPU backend" : "are not densely laid out") +
-                          ": computed where the engine put them";
-            LOG_INFO("experts: %s", not_copied_.c_str());
+            skip(std::string(t->name) + (t->extra ? " is repacked by the CPU backend" : " is not densely laid out"));
             return false;
         }
-        if (t->ne[2] != (int64_t) own.size()) return false;  // owners sized for another model: the caller's next call fixes it
+        if (t->ne[2] != (int64_t) own.size()) {
+            skip(std::string(t->name) + " has " + std::to_string(t->ne[2]) + " experts, the owners " + std::to_string(own.size()));
+            return false;
+        }
     }
+    // what holds for the whole model file: decided once
     const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
+    std::string file, stays;
     for (const ggml_tensor * t : src) {
-        std::string file;
         Status st = file_backed_read_only(maps, t->data, api_.ggml_nbytes(t), file);
         if (!st) {
             // only a mapping whose pages can be dropped after the copy gains from one
             not_copied_ = st.message().find("anonymous memory") != std::string::npos
                               ? "the expert weights are in anonymous memory already (the engine ran with --no-mmap?)"
                               : "the mapped expert weights could not be given back after a copy: " + st.message();
+        } else if (!(stays = pages_stay_resident(file)).empty()) {
+            not_copied_ = stays + ": its pages stay in memory when dropped, so a copy would hold them twice";
+        } else if (proc_status_kib("VmLck") > 0) {
+            not_copied_ = "memory is locked (--mlock?): the mapped pages could not be dropped, a copy would hold them twice";
+        }
+        if (!not_copied_.empty()) {
             LOG_INFO("experts: computing this host's experts where the engine put them: %s", not_copied_.c_str());
             return false;
         }
@@ -74,40 +132,47 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
     std::vector<int> experts;
     for (size_t e = 0; e < own.size(); ++e)
         if (own[e]) experts.push_back((int) e);
-    if (experts.empty()) return false;
+    const uint64_t need = (uint64_t) experts.size() * (src[0]->nb[2] + src[1]->nb[2] + src[2]->nb[2]);
+    const int64_t avail = mem_available_bytes();
+    if (avail >= 0 && (int64_t) need + kMemoryMargin > avail) {
+        skip("its copy (" + std::to_string(need >> 20) + " MiB) does not fit in MemAvailable (" + std::to_string(avail >> 20) +
+             " MiB, less a 512 MiB margin)");
+        return false;
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    c.held = own;
-    c.weights = orig;
     for (int i = 0; i < 3; ++i) {
         const ggml_tensor * t = src[i];
         Status st = c.mem[i].reserve(api_.ggml_nbytes(t), std::string("a copy of ") + t->name);
+        ByteRanges ranges;
+        if (st) st = expert_slice_ranges(t, experts, ranges);
         if (!st) {
-            not_copied_ = st.message();
-            LOG_ERROR("experts: %s; computing from the mapped weights", st.message().c_str());
+            skip(st.message());
+            for (AnonymousMemory & m : c.mem) m.reset();
             return false;
         }
-        ByteRanges ranges;
-        st = expert_slice_ranges(t, experts, ranges);
-        if (!st) return false;
-        for (const auto & r : ranges) {
+        for (const auto & r : ranges)
             memcpy(static_cast<uint8_t *>(c.mem[i].data()) + r.first, static_cast<const uint8_t *>(t->data) + r.first, r.second - r.first);
-            c.bytes += r.second - r.first;
-        }
         // the mapped pages of what was just copied leave this process one tensor at a time: the
         // peak is one tensor's share above what it holds after
-        dropped_.release({{t, ranges}}, "", "the mapped pages of this host's copied experts");
-        c.src[i] = t->data;
+        if (!dropped_.release({{t, ranges}}, "", "the mapped pages of this host's copied experts")) {
+            not_copied_ = "the mapped pages of the copied experts could not be dropped (" + dropped_.not_released +
+                          "): a copy would hold them twice";
+            LOG_INFO("experts: computing this host's experts where the engine put them: %s", not_copied_.c_str());
+            for (AnonymousMemory & m : c.mem) m.reset();
+            return false;
+        }
         c.tensor[i] = *t;
         c.tensor[i].data = c.mem[i].data();
         c.tensor[i].buffer = nullptr;  // not the engine's buffer; no extra (dense() checked)
     }
-    c.weights.gate_exps = &c.tensor[0];
-    c.weights.up_exps = &c.tensor[1];
-    c.weights.down_exps = &c.tensor[2];
+    // test-only: a byte of the first copied expert changed, so a test sees that the copy is what is read
+    if (test_fault("corrupt_local_copy")) static_cast<uint8_t *>(c.mem[0].data())[(size_t) experts[0] * src[0]->nb[2] + 7] ^= 0x5a;
+    c.held = own;
+    c.bytes = need;
     ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (layers_++ == 0)
         LOG_INFO("experts: this host's %zu experts per layer are computed from a copy in anonymous memory (%.1f MiB per layer); "
-                 "their mapped pages are dropped", experts.size(), (double) c.bytes / (1 << 20));
+                 "their mapped pages are dropped", experts.size(), (double) need / (1 << 20));
     return true;
 }
 
@@ -125,7 +190,11 @@ void OwnExpertCopies::add_to(nlohmann::json & j) const {
     j["own_copy_dropped_bytes"] = dropped_.advised_bytes;
     j["own_copy_rss_dropped_bytes"] = dropped_.rss_dropped_bytes;
     if (!not_copied_.empty()) j["own_copy_not_made"] = not_copied_;
-    if (!dropped_.not_released.empty()) j["own_copy_mapped_pages_kept"] = dropped_.not_released;
+    if (skipped_ > 0) {
+        j["own_copy_layers_skipped"] = skipped_;
+        j["own_copy_skipped_why"] = skipped_why_;
+    }
+    if (without_own_ > 0) j["own_copy_layers_without_own"] = without_own_;
 }
 
 } // namespace moezip

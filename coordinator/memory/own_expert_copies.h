@@ -1,21 +1,23 @@
 // moezip: this host's experts copied out of the engine's file mapping into anonymous memory.
 //
-// llama.cpp maps the GGUF read-only and shared (src/llama-mmap.cpp), and the coordinator computes
-// its own experts from those 4 KiB page-cache pages, while a moezip-worker (by default) and a
-// ggml-rpc-server hold theirs in anonymous memory. On the VMs this project is measured on the same
-// kernels decode about 2x faster over anonymous memory with huge pages (docs/performance.md, "Each
-// program's default load"), so the host with the mapped experts set the pace of every call.
+// llama.cpp maps the GGUF read-only and shared (src/llama-mmap.cpp), and the coordinator computed
+// its own experts from those 4 KiB page-cache pages, while a moezip-worker holds its experts in
+// anonymous memory with transparent huge pages. On the VMs this project is measured on, an experts1
+// coordinator decodes 1.5x faster from such a copy (docs/performance.md, "The coordinator's own
+// experts in huge pages"; one node with --no-mmap, anonymous but in 4 KiB pages, gains 1.1x: it is
+// the TLB, not the page cache).
 //
 // At a plan's first call each of gate/up/down gets an anonymous reservation of the tensor's full
-// size (AnonymousMemory: only what is written takes memory), this host's experts are copied into
-// it, and this process's pages of them in the mapping are dropped (MADV_DONTNEED; a read-only
-// shared file mapping gives the same bytes back from the file if they are read again). The copy
-// holds the same quantization blocks at the same offsets, so the kernels, and the results, are
-// bit-identical. Resident memory stays that of one copy; the page cache keeps the file's pages as
-// clean, reclaimable memory.
+// size (AnonymousMemory: only what is written takes memory, rounded to 2 MiB huge pages at the edges
+// of each run of experts), this host's experts are copied into it, and this process's pages of them
+// in the mapping are dropped (MADV_DONTNEED; a read-only shared file mapping gives the same bytes back
+// from the file if they are read again), one tensor at a time. The copy holds the same quantization
+// blocks at the same offsets, so the kernels, and the results, are bit-identical.
 //
-// Nothing is copied when the weights are not a read-only shared file mapping: already anonymous
-// (--no-mmap), repacked by the CPU backend (CPU_REPACK: extra set), or not densely laid out.
+// Nothing is copied when it would not pay or not be safe: weights already in anonymous memory
+// (--no-mmap), repacked by the CPU backend (extra set), not densely laid out, on tmpfs (dropping
+// frees nothing there), locked (--mlock: the mapped pages cannot be dropped), or when the copy of a
+// layer does not fit in MemAvailable. The report says why.
 #pragma once
 
 #include "coordinator/compute/moe_exec.h"
@@ -36,46 +38,52 @@ class OwnExpertCopies {
 public:
     explicit OwnExpertCopies(const GgmlApi & api) : api_(api) {}
 
-    /// Makes the copies of `key` (a plan) from `orig` unless they exist for the same data and
-    /// `own` ([n_expert]: the experts this host computes) or copies are not made (not_copied()).
-    /// Each of gate_exps/up_exps/down_exps ([.., .., n_expert], GGUF layout) is copied one after the
-    /// other, and the mapped pages of its copied experts dropped before the next, so resident memory
-    /// rises by one tensor's share at most. Called before a call is timed: it takes a while once.
+    /// Makes the copies of `key` (a plan) from `orig` unless they exist for the same data and `own`
+    /// ([n_expert]: the experts this host computes), or were refused for this plan (decided once
+    /// per plan), or copies are off (not_copied()). Called before a call's own compute is timed:
+    /// the first call of each plan takes a while (ms in own_copy_ms).
     void prepare(uint64_t key, const ExpertWeights & orig, const std::vector<bool> & own);
-    /// Weights like `orig` over the copies of `key`, or null when there are none for orig's data or
-    /// any of ids[0..n_ids) is not held (compute those from the originals: a fallback, a check).
-    const ExpertWeights * get(uint64_t key, const ExpertWeights & orig, const int32_t * ids, int64_t n_ids) const;
+    /// True when `key` has copies made from orig's data that hold expert e.
+    bool holds(uint64_t key, const ExpertWeights & orig, int64_t e) const;
+    /// `orig` with gate_exps/up_exps/down_exps replaced by the copies of `key` (everything else,
+    /// e.g. the activation and biases, from orig). Only valid while holds() is true for every
+    /// expert computed with it.
+    ExpertWeights weights(uint64_t key, const ExpertWeights & orig) const;
     /// Frees the copies of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
-    /// Sets why nothing is copied (a config choice), before any get().
+    /// Turns copies off for every plan with the reason (a config choice), before any prepare().
     void disable(const std::string & why) { not_copied_ = why; }
     const std::string & not_copied() const { return not_copied_; }
     /// Adds to the report's memory section: own_copy_bytes (held now), own_copy_bytes_max,
-    /// own_copy_ms (copying and dropping), own_copy_layers, own_copy_not_made (why not, when so) and
-    /// own_copy_dropped_bytes (mapped pages given to madvise; the RSS they freed in
-    /// own_copy_rss_dropped_bytes).
+    /// own_copy_layers (copies made; a model loaded again makes new ones), own_copy_ms (copying and
+    /// dropping), own_copy_dropped_bytes (mapped pages given to madvise) and
+    /// own_copy_rss_dropped_bytes (the VmRSS they freed); own_copy_not_made (why no layer is
+    /// copied), own_copy_layers_skipped and own_copy_skipped_why (layers refused for their own reason,
+    /// e.g. memory), own_copy_layers_without_own (layers where this host owns no expert).
     void add_to(nlohmann::json & j) const;
 
 private:
     struct Copy {
         const void * src[3] = {nullptr, nullptr, nullptr};  // gate, up, down data it was made from
-        std::vector<bool> held;                              // [n_expert]
+        std::vector<bool> wanted;                            // [n_expert]: own, as asked for
+        std::vector<bool> held;                              // [n_expert]: copied (all false: decided against)
         AnonymousMemory mem[3];
-            ggml_tensor tensor[3];
-        ExpertWeights weights;
+        ggml_tensor tensor[3];
         uint64_t bytes = 0;  // copied (held experts x their slices)
     };
-    /// Copies own experts of orig into c; false when none were made (not_copied_ set: the reason
-    /// holds for every layer, nothing is tried again).
+    /// Copies own experts of orig into c. False when this plan gets no copy: not_copied_ is set when
+    /// the reason holds for every plan, else the plan is counted as skipped.
     bool make(Copy & c, const ExpertWeights & orig, const std::vector<bool> & own);
     /// The copies of `key` when made from orig's data, else null.
     const Copy * made_from(uint64_t key, const ExpertWeights & orig) const;
+    /// Records why this plan gets no copy (the first reason is kept for the report).
+    void skip(const std::string & why);
     uint64_t bytes() const;
 
     const GgmlApi & api_;
-    std::map<uint64_t, std::unique_ptr<Copy>> copies_;
-    std::string not_copied_;
-    uint64_t max_bytes_ = 0, layers_ = 0;
+    std::map<uint64_t, std::unique_ptr<Copy>> copies_;  // made, or decided against (held all false)
+    std::string not_copied_, skipped_why_;
+    uint64_t max_bytes_ = 0, layers_ = 0, skipped_ = 0, without_own_ = 0;
     double ms_ = 0;
     WeightReleaseTally dropped_;  // this process's mapped pages of the copied experts
 };

@@ -186,7 +186,11 @@ private:
     /// True when this host owns every expert of failed part p as well (experts.replicas): then it
     /// computes the part as a configured owner, not as a fallback.
     bool covered_here(const MoeRegion & r, const Part & p) const;
+    /// Computes (row, slot) pairs here into slots_: this host's copied experts from the copies, the
+    /// rest from the engine's mapping.
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
+    /// Computes pairs with weights w into slots_, each pair as a batch row of one slot.
+    Status compute_pairs_with(const MoeRegion & r, const ExpertWeights & w, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call);
     bool verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st);
     /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages

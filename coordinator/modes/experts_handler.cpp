@@ -36,6 +36,22 @@ ExpertsHandler::ExpertsHandler(const Config & cfg, const GgmlApi & api, EngineId
 
 Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
     if (pairs.empty()) return Status::ok();
+    // this host's experts from their anonymous copy, the others (a fallback, a check of a worker's
+    // part) from the engine's mapping: two batches, each slot computed alone, so the same bits
+    const ExpertWeights mapped = region_expert_weights(r);
+    std::vector<std::pair<int64_t, int64_t>> copied, rest;
+    for (const auto & q : pairs)
+        (own_copies_.holds(r.plan_id, mapped, ids_[q.first * r.n_used + q.second]) ? copied : rest).push_back(q);
+    if (!copied.empty()) {
+        Status st = compute_pairs_with(r, own_copies_.weights(r.plan_id, mapped), copied);
+        if (!st) return st;
+        slots_from_copy_ += copied.size();
+    }
+    return compute_pairs_with(r, mapped, rest);
+}
+
+Status ExpertsHandler::compute_pairs_with(const MoeRegion & r, const ExpertWeights & w, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
+    if (pairs.empty()) return Status::ok();
     const int64_t E = r.n_embd, k = r.n_used, P = (int64_t) pairs.size();
     pair_hidden_.resize((size_t) (E * P));
     pair_ids_.resize((size_t) P);
@@ -57,12 +73,7 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     b.weights = pair_weights_.data();
     MoeBuffers bufs;  // intermediates in the region's node memory; results go to our own pair_out_
     const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
-    // this host's experts from their anonymous copy; anything else (a fallback, a check of a worker's
-    // part) from the engine's mapping
-    const ExpertWeights mapped = region_expert_weights(r);
-    const ExpertWeights * copy = own_copies_.get(r.plan_id, mapped, pair_ids_.data(), P);
-    if (copy != nullptr) slots_from_copy_ += (uint64_t) P;
-    Status st = disp_.executor().compute_slots(copy ? *copy : mapped, b, pair_out_.data(), in_engine ? &bufs : nullptr);
+    Status st = disp_.executor().compute_slots(w, b, pair_out_.data(), in_engine ? &bufs : nullptr);
     if (!st) return st;
     for (int64_t p = 0; p < P; ++p)
         memcpy(&slots_[(pairs[p].first * k + pairs[p].second) * E], &pair_out_[p * E], E * sizeof(float));
@@ -73,12 +84,18 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
 // outputs bit for bit; partial: its per-row sums within the tolerances). This host's per-slot values
 // are left in slots_ either way. False with st ok: the worker's part must not be used.
 bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st) {
-    st = compute_pairs_here(r, p.pairs);  // pair_out_: [n_embd, pairs] in (row, slot) order, as the worker's slots
+    st = compute_pairs_here(r, p.pairs);  // into slots_, where the combine reads them if the part is refused
     if (!st) return false;
-    const int64_t E = r.n_embd;
+    const int64_t E = r.n_embd, k = r.n_used;
     const std::string what = "layer " + std::to_string(r.il) + ", " + std::to_string(p.pairs.size()) + " slots of " +
                              std::to_string(p.rows.size()) + " rows";
-    if (exact) return accept_part(w, p.result.data(), pair_out_.data(), (size_t) E * p.pairs.size(), true, what);
+    auto slot = [&](size_t q) { return &slots_[(p.pairs[q].first * k + p.pairs[q].second) * E]; };
+    if (exact) {
+        // the worker's per-slot outputs [n_embd, pairs] in (row, slot) order
+        verify_buf_.resize((size_t) E * p.pairs.size());
+        for (size_t q = 0; q < p.pairs.size(); ++q) memcpy(&verify_buf_[q * E], slot(q), E * sizeof(float));
+        return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), true, what);
+    }
     // the worker's row sums: per row, its first slot copied and the next ones added in slot order
     verify_buf_.assign((size_t) E * p.rows.size(), 0.0f);
     size_t row = 0;
@@ -86,7 +103,7 @@ bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, 
         const bool first = q == 0 || p.pairs[q].first != p.pairs[q - 1].first;
         if (first && q > 0) ++row;
         float * o = &verify_buf_[row * E];
-        const float * v = &pair_out_[q * E];
+        const float * v = slot(q);
         for (int64_t j = 0; j < E; ++j) o[j] = first ? v[j] : o[j] + v[j];
     }
     return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), false, what);
@@ -106,7 +123,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         for (size_t e = 0; e < owner_sets_.size(); ++e)
             own_[e] = std::find(owner_sets_[e].begin(), owner_sets_[e].end(), -1) != owner_sets_[e].end();
     }
-    own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before anything is timed
+    own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before ms_local's clock starts
     auto t0 = std::chrono::steady_clock::now();
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);

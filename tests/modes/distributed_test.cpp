@@ -70,6 +70,14 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
         EXPECT_GT(sum_layers(rep, "remote_slots"), 0u) << m.name << " sent nothing to its workers";
         EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << m.name;
         EXPECT_EQ(rep["checks"]["identity_failed"], 0) << m.name;
+        if (std::string(m.name) == "experts_two_ways") {  // this host owns no expert: nothing to copy, decided once per layer
+            EXPECT_EQ(rep["memory"]["own_copy_layers"], 0) << rep["memory"].dump();
+            EXPECT_EQ(rep["memory"]["own_copy_layers_without_own"], 2) << rep["memory"].dump();
+        }
+        if (std::string(m.name) == "experts_coordinator_owns_part") {
+            EXPECT_EQ(rep["memory"]["own_copy_layers"], 2) << rep["memory"].dump();
+            EXPECT_GT(rep["memory"]["own_copy_slots"].get<uint64_t>(), 0u) << rep["memory"].dump();
+        }
         for (const auto & w : rep["workers"]) {
             if (!w.contains("endpoint")) continue;
             EXPECT_EQ(w["hash_failed"], 0) << m.name;
@@ -296,6 +304,12 @@ TEST(Distributed, TheCoordinatorsOwnExpertsComputeFromAnAnonymousCopyWithTheSame
     // this host's slots from the copy, the dead worker's (fallbacks) from the mapping
     EXPECT_GT(m["own_copy_slots"].get<uint64_t>(), 0u) << m.dump();
     EXPECT_LT(m["own_copy_slots"].get<uint64_t>(), sum_layers(rep, "local_slots")) << m.dump();
+
+    // the kernels read the copy: a byte changed in it (test fault) changes the logits
+    CommandResult bad = run_host(c.dir, "corrupt_copy", model, body(""), kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_local_copy"}});
+    ASSERT_EQ(bad.exit_code, 0) << bad.err;
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", c.dir + "/single.json", c.dir + "/corrupt_copy.json"});
+    EXPECT_NE(cmp.exit_code, 0) << "a changed byte in the copy must show in the logits: " << cmp.out;
 
     CommandResult off = run_host(c.dir, "mapped", model, body("copy_local = false\n"), kPrompt128);
     ASSERT_EQ(off.exit_code, 0) << off.err;
