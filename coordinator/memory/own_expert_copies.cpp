@@ -97,6 +97,15 @@ void OwnExpertCopies::skip(const std::string & why) {
     }
 }
 
+void OwnExpertCopies::refuse(const std::string & why) {
+    if (layers_ > 0) {  // layers copied before keep their copies: only this one and later ones are refused
+        skip(why);
+        return;
+    }
+    not_copied_ = why;
+    LOG_INFO("experts: computing this host's experts where the engine put them: %s", why.c_str());
+}
+
 bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vector<bool> & own) {
     const ggml_tensor * src[3] = {orig.gate_exps, orig.up_exps, orig.down_exps};
     for (const ggml_tensor * t : src) {
@@ -109,23 +118,24 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
             return false;
         }
     }
-    // what holds for the whole model file: decided once
+    // what holds for the whole model file: before any copy is made, decided once for the run;
+    // after (a model split over files, one of them elsewhere), for this layer
     const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
-    std::string file, stays;
+    std::string file, stays, why;
     for (const ggml_tensor * t : src) {
         Status st = file_backed_read_only(maps, t->data, api_.ggml_nbytes(t), file);
         if (!st) {
             // only a mapping whose pages can be dropped after the copy gains from one
-            not_copied_ = st.message().find("anonymous memory") != std::string::npos
-                              ? "the expert weights are in anonymous memory already (the engine ran with --no-mmap?)"
-                              : "the mapped expert weights could not be given back after a copy: " + st.message();
+            why = st.message().find("anonymous memory") != std::string::npos
+                      ? "the expert weights are in anonymous memory already (the engine ran with --no-mmap?)"
+                      : "the mapped expert weights could not be given back after a copy: " + st.message();
         } else if (!(stays = pages_stay_resident(file)).empty()) {
-            not_copied_ = stays + ": its pages stay in memory when dropped, so a copy would hold them twice";
+            why = stays + ": its pages stay in memory when dropped, so a copy would hold them twice";
         } else if (proc_status_kib("VmLck") > 0) {
-            not_copied_ = "memory is locked (--mlock?): the mapped pages could not be dropped, a copy would hold them twice";
+            why = "memory is locked (--mlock?): the mapped pages could not be dropped, a copy would hold them twice";
         }
-        if (!not_copied_.empty()) {
-            LOG_INFO("experts: computing this host's experts where the engine put them: %s", not_copied_.c_str());
+        if (!why.empty()) {
+            refuse(why);
             return false;
         }
     }
@@ -155,9 +165,7 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
         // the mapped pages of what was just copied leave this process one tensor at a time: the
         // peak is one tensor's share above what it holds after
         if (!dropped_.release({{t, ranges}}, "", "the mapped pages of this host's copied experts")) {
-            not_copied_ = "the mapped pages of the copied experts could not be dropped (" + dropped_.not_released +
-                          "): a copy would hold them twice";
-            LOG_INFO("experts: computing this host's experts where the engine put them: %s", not_copied_.c_str());
+            refuse("the mapped pages of the copied experts could not be dropped (" + dropped_.not_released + "): a copy would hold them twice");
             for (AnonymousMemory & m : c.mem) m.reset();
             return false;
         }

@@ -78,6 +78,9 @@ private:
     const Copy * made_from(uint64_t key, const ExpertWeights & orig) const;
     /// Records why this plan gets no copy (the first reason is kept for the report).
     void skip(const std::string & why);
+    /// A reason that holds for the model file: no copies for the run (not_copied_) while none was
+    /// made, else skip(why) for this plan (a model split over files, one of them elsewhere).
+    void refuse(const std::string & why);
     uint64_t bytes() const;
 
     const GgmlApi & api_;

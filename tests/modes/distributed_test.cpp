@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <unistd.h>
 #include <memory>
 
 using namespace moezip_test;
@@ -318,6 +319,34 @@ TEST(Distributed, TheCoordinatorsOwnExpertsComputeFromAnAnonymousCopyWithTheSame
     EXPECT_EQ(moff["own_copy_layers"], 0) << moff.dump();
     EXPECT_EQ(moff["own_copy_slots"], 0) << moff.dump();
     EXPECT_EQ(moff["own_copy_not_made"], "experts.copy_local = false") << moff.dump();
+}
+
+// A model split over two files, the second on tmpfs (/dev/shm), where dropped pages stay in memory:
+// the layer in the first file is copied, the one in the second is not (a copy would be held twice),
+// and the report says which, not "nothing copied".
+TEST(Distributed, ALayerOnTmpfsIsNotCopiedAndTheReportSaysWhich) {
+    const std::string first = fixture_model_split({"--preset", "tiny", "--type", "q8_0"}, 2);  // one MoE layer per file
+    ASSERT_FALSE(first.empty());
+    Cluster c{test_dir("distributed_own_copy_tmpfs"), {}};
+    const std::string second = first.substr(0, first.size() - std::string("00001-of-00002.gguf").size()) + "00002-of-00002.gguf";
+    const std::string shm = "/dev/shm/moezip-test-" + std::to_string(getpid()) + "-00002-of-00002.gguf";
+    const std::string model = c.dir + "/m-00001-of-00002.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", first, model}).exit_code, 0);
+    ASSERT_EQ(run_command({"/bin/cp", second, shm}).exit_code, 0);
+    ASSERT_EQ(symlink(shm.c_str(), (c.dir + "/m-00002-of-00002.gguf").c_str()), 0);
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "4-7"));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult r = run_host(c.dir, "split", model, "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[[worker]]\nendpoint = \"" +
+                               c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n", kPrompt128);
+    unlink(shm.c_str());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "split");
+    const json m = load_json(c.dir + "/split.json")["memory"];
+    EXPECT_EQ(m["own_copy_layers"], 1) << m.dump();
+    EXPECT_EQ(m["own_copy_layers_skipped"], 1) << m.dump();
+    EXPECT_NE(m.value("own_copy_skipped_why", "").find("is on tmpfs"), std::string::npos) << m.dump();
+    EXPECT_FALSE(m.contains("own_copy_not_made")) << "a layer was copied: " << m.dump();
 }
 
 } // namespace
