@@ -74,9 +74,9 @@ void OwnExpertCopies::prepare(uint64_t key, const ExpertWeights & orig, const st
     max_bytes_ = std::max(max_bytes_, bytes());
 }
 
-bool OwnExpertCopies::holds(uint64_t key, const ExpertWeights & orig, int64_t e) const {
+const std::vector<bool> * OwnExpertCopies::held(uint64_t key, const ExpertWeights & orig) const {
     const Copy * c = made_from(key, orig);
-    return c != nullptr && e >= 0 && e < (int64_t) c->held.size() && c->held[(size_t) e];
+    return c != nullptr && c->bytes > 0 ? &c->held : nullptr;
 }
 
 ExpertWeights OwnExpertCopies::weights(uint64_t key, const ExpertWeights & orig) const {

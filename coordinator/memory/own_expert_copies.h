@@ -43,11 +43,10 @@ public:
     /// per plan), or copies are off (not_copied()). Called before a call's own compute is timed:
     /// the first call of each plan takes a while (ms in own_copy_ms).
     void prepare(uint64_t key, const ExpertWeights & orig, const std::vector<bool> & own);
-    /// True when `key` has copies made from orig's data that hold expert e.
-    bool holds(uint64_t key, const ExpertWeights & orig, int64_t e) const;
+    /// [n_expert]: the experts the copies of `key` made from orig's data hold; null when there are none.
+    const std::vector<bool> * held(uint64_t key, const ExpertWeights & orig) const;
     /// `orig` with gate_exps/up_exps/down_exps replaced by the copies of `key` (everything else,
-    /// e.g. the activation and biases, from orig). Only valid while holds() is true for every
-    /// expert computed with it.
+    /// e.g. the activation and biases, from orig). Only for experts held() names.
     ExpertWeights weights(uint64_t key, const ExpertWeights & orig) const;
     /// Frees the copies of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }

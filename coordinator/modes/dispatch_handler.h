@@ -201,6 +201,7 @@ private:
     std::vector<bool> own_;                     // [n_expert]: this host is an owner (computes it, not as a fallback)
     OwnExpertCopies own_copies_{disp_.api()};   // per plan: this host's experts in anonymous memory
     uint64_t slots_from_copy_ = 0;              // slots computed from own_copies_ (the rest: the mapping)
+    std::vector<std::pair<int64_t, int64_t>> pairs_copied_, pairs_mapped_;  // compute_pairs_here's two batches
     std::vector<int64_t> expert_slots_;         // slots per expert in the current call
     ExpertBalancer balancer_{1 + cfg_.workers.size()};
     uint64_t partial_calls_ = 0;

@@ -39,15 +39,20 @@ Status ExpertsHandler::compute_pairs_here(const MoeRegion & r, const std::vector
     // this host's experts from their anonymous copy, the others (a fallback, a check of a worker's
     // part) from the engine's mapping: two batches, each slot computed alone, so the same bits
     const ExpertWeights mapped = region_expert_weights(r);
-    std::vector<std::pair<int64_t, int64_t>> copied, rest;
-    for (const auto & q : pairs)
-        (own_copies_.holds(r.plan_id, mapped, ids_[q.first * r.n_used + q.second]) ? copied : rest).push_back(q);
-    if (!copied.empty()) {
-        Status st = compute_pairs_with(r, own_copies_.weights(r.plan_id, mapped), copied);
-        if (!st) return st;
-        slots_from_copy_ += copied.size();
+    const std::vector<bool> * held = own_copies_.held(r.plan_id, mapped);
+    if (held == nullptr) return compute_pairs_with(r, mapped, pairs);
+    pairs_copied_.clear();
+    pairs_mapped_.clear();
+    for (const auto & q : pairs) {
+        const int32_t e = ids_[q.first * r.n_used + q.second];  // the engine's top-k: in [0, n_expert)
+        (e >= 0 && (size_t) e < held->size() && (*held)[(size_t) e] ? pairs_copied_ : pairs_mapped_).push_back(q);
     }
-    return compute_pairs_with(r, mapped, rest);
+    if (!pairs_copied_.empty()) {
+        Status st = compute_pairs_with(r, own_copies_.weights(r.plan_id, mapped), pairs_copied_);
+        if (!st) return st;
+        slots_from_copy_ += pairs_copied_.size();
+    }
+    return compute_pairs_with(r, mapped, pairs_mapped_);
 }
 
 Status ExpertsHandler::compute_pairs_with(const MoeRegion & r, const ExpertWeights & w, const std::vector<std::pair<int64_t, int64_t>> & pairs) {
