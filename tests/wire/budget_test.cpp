@@ -282,7 +282,11 @@ TEST(Budget, ADescriptorFloodLeavesTheConfiguredCoordinatorServed) {
     EXPECT_LT(raised_s, 2.0);
     EXPECT_GE(capped_s, 0) << "served once the idle connections timed out";
     EXPECT_LT(capped_s, 10.0);
-    EXPECT_GT(worker_counter(capped.stderr_text(), "timed out"), 100u) << capped.stderr_text();
+    // every idle connection ended without a handshake: timed out (the worker closed it), closed by
+    // this test at the end, or failed when the table was full; which of the three depends on timing
+    const std::string & t = capped.stderr_text();
+    EXPECT_GT(worker_counter(t, "timed out"), 0u) << "the handshake timeout closed idle connections: " << t;
+    EXPECT_GE(worker_counter(t, "timed out") + worker_counter(t, "closed by the peer") + worker_counter(t, "failed other"), 290u) << t;
 }
 
 // The worker's exit line tells an idle peer (its handshake timer fired) from a peer that left
