@@ -8,6 +8,13 @@
 
 namespace moezip {
 
+bool gguf_dense_layout(const GgmlApi & api, const ggml_tensor * t) {
+    if (t == nullptr || t->data == nullptr || t->extra != nullptr) return false;
+    const size_t row = api.ggml_row_size(t->type, t->ne[0]);
+    return t->nb[0] == api.ggml_type_size(t->type) && t->nb[1] == row && t->nb[2] == row * (size_t) t->ne[1] &&
+           t->nb[3] == t->nb[2] * (size_t) t->ne[2];
+}
+
 void pack_row_parts(const uint8_t * src, size_t row, size_t at, size_t part, int64_t n_rows, uint8_t * dst) {
     for (int64_t r = 0; r < n_rows; ++r) memcpy(dst + (size_t) r * part, src + (size_t) r * row + at, part);
 }
@@ -38,8 +45,7 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     const int64_t blk = api_.ggml_blck_size(down->type);
     const size_t type_size = api_.ggml_type_size(down->type);
     const size_t row = api_.ggml_row_size(down->type, n_ff);
-    if (down->extra != nullptr || down->data == nullptr || down->nb[0] != type_size || down->nb[1] != row ||
-        down->nb[2] != row * (size_t) n_embd || ff_first < 0 || ff_count <= 0 || ff_first + ff_count > n_ff ||
+    if (!gguf_dense_layout(api_, down) || ff_first < 0 || ff_count <= 0 || ff_first + ff_count > n_ff ||
         ff_first % blk != 0 || ff_count % blk != 0)
         return nullptr;
     copies_.erase(key);  // the old copy goes before the new one is made: one per key at any time

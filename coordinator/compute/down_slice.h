@@ -24,6 +24,11 @@
 
 namespace moezip {
 
+/// True when t is [.., .., n_expert] with data in the dense GGUF layout ggml gives a new tensor of
+/// its type (nb[1] = row size, nb[2] = nb[1] * ne[1], ...) and nothing the CPU backend attached (a
+/// repacked tensor's extra): what a copy may index by expert, row and block.
+bool gguf_dense_layout(const GgmlApi & api, const ggml_tensor * t);
+
 /// Copies bytes [at, at + part) of each of n_rows rows of `row` bytes from src into dst, packed
 /// row after row (down's units of an n_ff slice: every row holds a piece of it).
 void pack_row_parts(const uint8_t * src, size_t row, size_t at, size_t part, int64_t n_rows, uint8_t * dst);

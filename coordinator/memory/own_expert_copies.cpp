@@ -9,31 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 namespace moezip {
 
 namespace {
-
-// True when t is [.., .., n_expert] in the dense GGUF layout ggml gives a new tensor of its type,
-// with nothing the CPU backend attached (a repacked tensor's extra).
-bool dense(const GgmlApi & api, const ggml_tensor * t) {
-    if (t == nullptr || t->data == nullptr || t->extra != nullptr) return false;
-    const size_t row = api.ggml_row_size(t->type, t->ne[0]);
-    return t->nb[0] == api.ggml_type_size(t->type) && t->nb[1] == row && t->nb[2] == row * (size_t) t->ne[1] &&
-           t->nb[3] == t->nb[2] * (size_t) t->ne[2];
-}
-
-// MemAvailable of /proc/meminfo in bytes (proc(5)); -1 when it cannot be read.
-int64_t mem_available_bytes() {
-    std::ifstream in("/proc/meminfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        long long kib = 0;
-        if (sscanf(line.c_str(), "MemAvailable: %lld kB", &kib) == 1) return (int64_t) kib * 1024;
-    }
-    return -1;
-}
 
 // Why pages of `file` stay in memory when dropped from this process ("" when they leave): tmpfs and
 // ramfs hold a file's pages in memory, so a copy would hold them twice (statfs(2) magic numbers).
@@ -67,16 +46,15 @@ void OwnExpertCopies::prepare(uint64_t key, const ExpertWeights & orig, const st
     fresh->src[1] = orig.up_exps->data;
     fresh->src[2] = orig.down_exps->data;
     fresh->wanted = own;
-    fresh->held.assign(own.size(), false);
     if (std::none_of(own.begin(), own.end(), [](bool b) { return b; })) ++without_own_;
-    else if (!make(*fresh, orig, own)) fresh->held.assign(own.size(), false);
+    else make(*fresh, orig, own);  // bytes stays 0 when no copy is made
     copies_.emplace(key, std::move(fresh));  // remembered either way: decided once per plan
     max_bytes_ = std::max(max_bytes_, bytes());
 }
 
 const std::vector<bool> * OwnExpertCopies::held(uint64_t key, const ExpertWeights & orig) const {
     const Copy * c = made_from(key, orig);
-    return c != nullptr && c->bytes > 0 ? &c->held : nullptr;
+    return c != nullptr && c->bytes > 0 ? &c->wanted : nullptr;
 }
 
 ExpertWeights OwnExpertCopies::weights(uint64_t key, const ExpertWeights & orig) const {
@@ -109,7 +87,7 @@ void OwnExpertCopies::refuse(const std::string & why) {
 bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vector<bool> & own) {
     const ggml_tensor * src[3] = {orig.gate_exps, orig.up_exps, orig.down_exps};
     for (const ggml_tensor * t : src) {
-        if (!dense(api_, t)) {
+        if (!gguf_dense_layout(api_, t)) {
             skip(std::string(t->name) + (t->extra ? " is repacked by the CPU backend" : " is not densely laid out"));
             return false;
         }
@@ -143,7 +121,8 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
     for (size_t e = 0; e < own.size(); ++e)
         if (own[e]) experts.push_back((int) e);
     const uint64_t need = (uint64_t) experts.size() * (src[0]->nb[2] + src[1]->nb[2] + src[2]->nb[2]);
-    const int64_t avail = mem_available_bytes();
+    const int64_t avail_kib = proc_file_kib("/proc/meminfo", "MemAvailable");
+    const int64_t avail = avail_kib < 0 ? -1 : avail_kib * 1024;
     if (avail >= 0 && (int64_t) need + kMemoryMargin > avail) {
         skip("its copy (" + std::to_string(need >> 20) + " MiB) does not fit in MemAvailable (" + std::to_string(avail >> 20) +
              " MiB, less a 512 MiB margin)");
@@ -171,11 +150,10 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
         }
         c.tensor[i] = *t;
         c.tensor[i].data = c.mem[i].data();
-        c.tensor[i].buffer = nullptr;  // not the engine's buffer; no extra (dense() checked)
+        c.tensor[i].buffer = nullptr;  // not the engine's buffer; no extra (gguf_dense_layout checked)
     }
     // test-only: a byte of the first copied expert changed, so a test sees that the copy is what is read
     if (test_fault("corrupt_local_copy")) static_cast<uint8_t *>(c.mem[0].data())[(size_t) experts[0] * src[0]->nb[2] + 7] ^= 0x5a;
-    c.held = own;
     c.bytes = need;
     ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (layers_++ == 0)

@@ -20,6 +20,7 @@
 // layer does not fit in MemAvailable. The report says why.
 #pragma once
 
+#include "coordinator/compute/down_slice.h"
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/memory/anonymous_memory.h"
 #include "coordinator/memory/weight_release.h"
@@ -64,11 +65,11 @@ public:
 private:
     struct Copy {
         const void * src[3] = {nullptr, nullptr, nullptr};  // gate, up, down data it was made from
-        std::vector<bool> wanted;                            // [n_expert]: own, as asked for
-        std::vector<bool> held;                              // [n_expert]: copied (all false: decided against)
+        std::vector<bool> wanted;                            // [n_expert]: own, as asked for; all copied when bytes > 0
+
         AnonymousMemory mem[3];
         ggml_tensor tensor[3];
-        uint64_t bytes = 0;  // copied (held experts x their slices)
+        uint64_t bytes = 0;  // copied (own experts x their slices); 0: decided against
     };
     /// Copies own experts of orig into c. False when this plan gets no copy: not_copied_ is set when
     /// the reason holds for every plan, else the plan is counted as skipped.
@@ -83,7 +84,7 @@ private:
     uint64_t bytes() const;
 
     const GgmlApi & api_;
-    std::map<uint64_t, std::unique_ptr<Copy>> copies_;  // made, or decided against (held all false)
+    std::map<uint64_t, std::unique_ptr<Copy>> copies_;  // made, or decided against (bytes 0)
     std::string not_copied_, skipped_why_;
     uint64_t max_bytes_ = 0, layers_ = 0, skipped_ = 0, without_own_ = 0;
     double ms_ = 0;

@@ -181,8 +181,10 @@ ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorB
     return plan;
 }
 
-int64_t proc_status_kib(const char * key) {
-    std::ifstream in("/proc/self/status");
+int64_t proc_status_kib(const char * key) { return proc_file_kib("/proc/self/status", key); }
+
+int64_t proc_file_kib(const char * path, const char * key) {
+    std::ifstream in(path);
     std::string line;
     const size_t n = strlen(key);
     while (std::getline(in, line))

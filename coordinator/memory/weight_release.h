@@ -107,6 +107,9 @@ ModelMapPlan model_map_plan(uint64_t file_bytes, const std::vector<ExpertTensorB
 /// Reads a "<key>: <n> kB" line of /proc/self/status (e.g. "VmRSS", "VmHWM"); -1 when missing.
 int64_t proc_status_kib(const char * key);
 
+/// Reads a "<key>: <n> kB" line of a proc(5) file (e.g. /proc/meminfo, "MemAvailable"); -1 when missing.
+int64_t proc_file_kib(const char * path, const char * key);
+
 /// Reads /proc/self/maps whole ("" when it cannot be read).
 std::string proc_self_maps();
 
