@@ -280,6 +280,9 @@ struct Reader {
     }
 
     void read_sections(const toml::table & root) {
+        // mode "local" computes from the engine's mapping unless asked: its job is to show what the
+        // interception costs; experts mode copies by default (docs/config.md, copy_local)
+        cfg.experts.copy_local = cfg.mode != ConfigMode::local;
         if (const toml::table * t = section(root, "rows")) {
             check_known(*t, "rows", {"local_share", "min_rows"});
             read_share(*t, "rows", "local_share", cfg.rows.local_share, cfg.rows.auto_share);

@@ -56,8 +56,9 @@ struct ExpertsConfig {
     /// the layer (coordinator/memory/weight_release.h); default true. Only for memory-mapped weights.
     bool release_unowned = true;
     /// Compute this host's experts from a copy in anonymous memory with huge pages, and drop their
-    /// pages of the engine's file mapping (coordinator/memory/own_expert_copies.h); default true.
-    /// Only for memory-mapped weights that the CPU backend did not repack.
+    /// pages of the engine's file mapping (coordinator/memory/own_expert_copies.h); default true in mode
+    /// experts, false in mode local (the reader sets it). Only for memory-mapped weights that the CPU
+    /// backend did not repack.
     bool copy_local = true;
     /// An expert may be owned by several hosts (replicas); each call's slots of such an expert go to
     /// the owner expected to finish first (coordinator/balance/expert_balance.h). Needs combine = exact,

@@ -12,7 +12,7 @@ Status handler_make(const Config & cfg, const GgmlApi & api, const EngineIdentit
             out.reset();
             return Status::ok();
         case ConfigMode::local:
-            out.reset(new LocalHandler(api, threads));
+            out.reset(new LocalHandler(api, threads, cfg.experts.copy_local));
             return Status::ok();
         case ConfigMode::rows:
             out.reset(new RowsHandler(cfg, api, self));

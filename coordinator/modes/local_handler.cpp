@@ -4,7 +4,18 @@
 
 namespace moezip {
 
+LocalHandler::LocalHandler(const GgmlApi & api, int n_threads, bool copy_local)
+    : exec_(api, n_threads), copies_(api), copy_local_(copy_local) {
+    if (!copy_local) copies_.disable("experts.copy_local = false (the default in mode local)");
+}
+
 Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
+    const ExpertWeights mapped = region_expert_weights(r);
+    if (copy_local_) {
+        all_.assign((size_t) r.n_expert, true);
+        copies_.prepare(r.plan_id, mapped, all_);  // once per plan, before ms_local's clock starts
+    }
+    const bool from_copy = copies_.held(r.plan_id, mapped) != nullptr;  // every expert, or none
     auto t0 = std::chrono::steady_clock::now();
     region_gather_routing(r, ids_, weights_);
     MoeBuffers bufs;
@@ -30,13 +41,26 @@ Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
     b.hidden_stride = r.hidden->nb[2];
     b.ids = ids_.data();
     b.weights = weights_.data();
-    Status st = exec_.compute_slots(region_expert_weights(r), b, slots, in_engine ? &bufs : nullptr);
+    Status st = exec_.compute_slots(from_copy ? copies_.weights(r.plan_id, mapped) : mapped, b, slots, in_engine ? &bufs : nullptr);
     if (!st) return st;
+    if (from_copy) slots_from_copy_ += (uint64_t) (r.n_tokens * r.n_used);
     moe_sum_slots(slots, r.n_embd, r.n_used, r.n_tokens, static_cast<float *>(r.out->data));
     c.local_rows += r.n_tokens;
     c.local_slots += r.n_tokens * r.n_used;
     c.ms_local += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return Status::ok();
+}
+
+nlohmann::json LocalHandler::memory_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    j["copy_local"] = copy_local_;
+    j["own_copy_slots"] = slots_from_copy_;
+    copies_.add_to(j);
+    return j;
+}
+
+void LocalHandler::forget_plans(const std::vector<uint64_t> & plans) {
+    for (uint64_t p : plans) copies_.forget(p);
 }
 
 } // namespace moezip

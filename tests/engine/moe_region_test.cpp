@@ -272,7 +272,7 @@ TEST_P(RunnerBitIdentity, PiecewiseWithLocalRegionEqualsWholeGraph) {
 
     Evidence ev;
     std::mutex mu;
-    LocalHandler handler(api, 1);
+    LocalHandler handler(api, 1, /*copy_local =*/ false);
     RunnerOptions opt;
     opt.handle_regions = true;
     GraphRunner runner(api, BackendVariant{}, ev, mu, &handler, opt);

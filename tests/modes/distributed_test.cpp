@@ -321,6 +321,42 @@ TEST(Distributed, TheCoordinatorsOwnExpertsComputeFromAnAnonymousCopyWithTheSame
     EXPECT_EQ(moff["own_copy_not_made"], "experts.copy_local = false") << moff.dump();
 }
 
+
+// Mode local with experts.copy_local = true: one node computing every expert from a copy in
+// anonymous memory (the reference for what distributing gains apart from the memory kind). Same bits
+// as the engine; the kernels read the copy (a changed byte changes the logits). By default mode local
+// reads the mapping and says why in the report.
+TEST(Distributed, LocalModeWithCopyLocalComputesEveryExpertFromTheCopyWithTheSameBits) {
+    std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});  // 2 MoE layers, 8 experts, n_embd = n_ff = 64
+    const std::string dir = test_dir("local_own_copy");
+    CommandResult single = run_host(dir, "single", model, "mode = \"observe\"\n", kPrompt128);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    const std::string copied = "require_intercept = true\nmode = \"local\"\n[experts]\ncopy_local = true\n";
+    CommandResult r = run_host(dir, "copied", model, copied, kPrompt128);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(dir, "single", "copied");
+    json rep = load_json(dir + "/copied.json");
+    const json & m = rep["memory"];
+    const uint64_t expert_bytes = 64 * (64 / 32) * 34;  // q8_0: 34 bytes per 32 values, 64 rows of 64
+    EXPECT_EQ(m["copy_local"], true) << m.dump();
+    EXPECT_EQ(m["own_copy_layers"], 2) << m.dump();
+    EXPECT_EQ(m["own_copy_bytes_max"].get<uint64_t>(), 2u * 3u * 8u * expert_bytes) << "all 8 experts of gate, up, down in both layers: " << m.dump();
+    EXPECT_EQ(m["own_copy_slots"].get<uint64_t>(), sum_layers(rep, "local_slots")) << "every slot from the copy: " << m.dump();
+    EXPECT_FALSE(m.contains("own_copy_not_made")) << m.dump();
+
+    CommandResult bad = run_host(dir, "corrupt_copy", model, copied, kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_local_copy"}});
+    ASSERT_EQ(bad.exit_code, 0) << bad.err;
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/single.json", dir + "/corrupt_copy.json"});
+    EXPECT_NE(cmp.exit_code, 0) << "a changed byte in the copy must show in the logits: " << cmp.out;
+
+    CommandResult plain = run_host(dir, "mapped", model, "require_intercept = true\nmode = \"local\"\n", kPrompt128);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    expect_same_logits(dir, "single", "mapped");
+    const json mp = load_json(dir + "/mapped.json")["memory"];
+    EXPECT_EQ(mp["copy_local"], false) << mp.dump();
+    EXPECT_EQ(mp["own_copy_slots"], 0) << mp.dump();
+    EXPECT_EQ(mp["own_copy_not_made"], "experts.copy_local = false (the default in mode local)") << mp.dump();
+}
 // A model split over two files, the second on tmpfs (/dev/shm), where dropped pages stay in memory:
 // the layer in the first file is copied, the one in the second is not (a copy would be held twice),
 // and the report says which, not "nothing copied".
