@@ -68,6 +68,7 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     const ggml_tensor * out = &c->tensor;
     copies_[key] = std::move(c);
     max_bytes_ = std::max(max_bytes_, bytes());
+    ++made_;
     return out;
 }
 

@@ -58,6 +58,8 @@ public:
     /// written after the engine freed its model, when every copy is gone).
     uint64_t bytes() const;
     uint64_t max_bytes() const { return max_bytes_; }
+    /// Copies made since the start (a call that made one spent its time packing: LayerCounters::ms_setup).
+    uint64_t made() const { return made_; }
 
 private:
     struct Copy {
@@ -69,6 +71,7 @@ private:
     const GgmlApi & api_;
     std::map<uint64_t, std::unique_ptr<Copy>> copies_;
     uint64_t max_bytes_ = 0;
+    uint64_t made_ = 0;
     bool reserve_failed_ = false;  // logged once
 };
 

@@ -278,7 +278,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         c.local_rows += delta.local_rows; c.remote_rows += delta.remote_rows;
         c.local_slots += delta.local_slots; c.remote_slots += delta.remote_slots;
         c.fallbacks += delta.fallbacks;
-        c.ms += ms; c.ms_local += delta.ms_local; c.ms_wait += delta.ms_wait;
+        c.ms += ms; c.ms_local += delta.ms_local; c.ms_wait += delta.ms_wait; c.ms_setup += delta.ms_setup;
         ++ev_.regions_handled;
         if (delta.fallbacks > 0 && opt_.require_intercept) {
             // the output is right, but not computed as configured: the request must not pass as distributed

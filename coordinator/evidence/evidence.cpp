@@ -95,7 +95,7 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                           {"local_rows", c.local_rows}, {"remote_rows", c.remote_rows},
                           {"local_slots", c.local_slots}, {"remote_slots", c.remote_slots},
                           {"passthrough", c.passthrough}, {"fallbacks", c.fallbacks},
-                          {"ms", c.ms}, {"ms_local", c.ms_local}, {"ms_wait", c.ms_wait}});
+                          {"ms", c.ms}, {"ms_local", c.ms_local}, {"ms_wait", c.ms_wait}, {"ms_setup", c.ms_setup}});
     }
     j["layers"] = layers;
     json routing = json::array();

@@ -32,6 +32,10 @@ struct LayerCounters {
     double ms = 0;               ///< wall time in moezip's handling of this layer
     double ms_local = 0;         ///< of which computing here
     double ms_wait = 0;          ///< of which waiting for workers after local work was done
+    /// Of ms, one-time preparation at a plan's first call: this host's copies of its experts
+    /// (experts.copy_local), packed down slices (shard). Not a cost per call: the bench leaves it out
+    /// of the MoE share of a step (tools/bench/phase.js).
+    double ms_setup = 0;
 };
 
 /// How often each expert of one layer was routed to: one count per (row, slot) the layer's regions

@@ -128,8 +128,10 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         for (size_t e = 0; e < owner_sets_.size(); ++e)
             own_[e] = std::find(owner_sets_[e].begin(), owner_sets_[e].end(), -1) != owner_sets_[e].end();
     }
+    const auto t_setup = std::chrono::steady_clock::now();
     own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before ms_local's clock starts
     auto t0 = std::chrono::steady_clock::now();
+    c.ms_setup += ms_between(t_setup, t0);
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
     const CallSize size = call_size(n);

@@ -11,12 +11,14 @@ LocalHandler::LocalHandler(const GgmlApi & api, int n_threads, bool copy_local)
 
 Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const ExpertWeights mapped = region_expert_weights(r);
+    const auto t_setup = std::chrono::steady_clock::now();
     if (copy_local_) {
         all_.assign((size_t) r.n_expert, true);
         copies_.prepare(r.plan_id, mapped, all_);  // once per plan, before ms_local's clock starts
     }
     const bool from_copy = copies_.held(r.plan_id, mapped) != nullptr;  // every expert, or none
     auto t0 = std::chrono::steady_clock::now();
+    c.ms_setup += ms_between(t_setup, t0);
     region_gather_routing(r, ids_, weights_);
     MoeBuffers bufs;
     float * slots = nullptr;

@@ -119,10 +119,14 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 2. this host's slice, while the workers compute theirs
     const auto t_own = std::chrono::steady_clock::now();
     bool down_packed = false;
+    double setup_ms = 0;  // packing this host's down slice at its first call: not compute (ms_setup)
     if (slices[0].count > 0) {
         // this host's own slice reads a packed copy of its down columns (built once per plan and slice)
         ExpertWeights own = slice_weights(r, slices[0]);
+        const uint64_t made = down_copies_.made();
+        const auto t_get = std::chrono::steady_clock::now();
         own.down_slice = down_copies_.get(r.plan_id, r.down_exps, slices[0].first, slices[0].count);
+        if (down_copies_.made() != made) setup_ms = ms_between(t_get, std::chrono::steady_clock::now());
         down_packed = own.down_slice != nullptr;
         Status st = compute_rows_into(r, own, 0, n, parts_[0].data());
         if (!st) return st;
@@ -130,8 +134,9 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.local_slots += n * k;
     }
     auto t_local = std::chrono::steady_clock::now();
-    share_bal_.observe(0, call_size(n), (double) (n * (slices[0].count / block)), ms_between(t_own, t_local));
-    c.ms_local += ms_between(t0, t_local);
+    share_bal_.observe(0, call_size(n), (double) (n * (slices[0].count / block)), ms_between(t_own, t_local) - setup_ms);
+    c.ms_local += ms_between(t0, t_local) - setup_ms;
+    c.ms_setup += setup_ms;
     // 3. partial sums from the workers
     for (auto & p : pending) {
         WorkerLink & link = disp_.link(p.first);

@@ -342,6 +342,10 @@ TEST(Distributed, LocalModeWithCopyLocalComputesEveryExpertFromTheCopyWithTheSam
     EXPECT_EQ(m["own_copy_layers"], 2) << m.dump();
     EXPECT_EQ(m["own_copy_bytes_max"].get<uint64_t>(), 2u * 3u * 8u * expert_bytes) << "all 8 experts of gate, up, down in both layers: " << m.dump();
     EXPECT_EQ(m["own_copy_slots"].get<uint64_t>(), sum_layers(rep, "local_slots")) << "every slot from the copy: " << m.dump();
+    for (const json & l : rep["layers"]) {  // the copy is one-time preparation, apart from the compute
+        EXPECT_GT(l["ms_setup"].get<double>(), 0.0) << l.dump();
+        EXPECT_LE(l["ms_local"].get<double>() + l["ms_setup"].get<double>(), l["ms"].get<double>() + 1e-6) << l.dump();
+    }
     EXPECT_FALSE(m.contains("own_copy_not_made")) << m.dump();
 
     CommandResult bad = run_host(dir, "corrupt_copy", model, copied, kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_local_copy"}});

@@ -99,3 +99,54 @@ TEST(BenchSummary, RatiosAreTakenWithinPairsWithIntervalsFromFourPairsUp) {
     EXPECT_NE(table.find("1.50x (no interval: 2 pairs)"), std::string::npos) << table;
     EXPECT_NE(table.find("decode bimodal"), std::string::npos) << table;
 }
+
+// The driver adds pairs to the ratios that are not resolved (tools/bench/unresolved.js): it must name
+// the group whose interval is wider than ±5% (or has no interval), not a resolved one, and stop
+// naming a group once it has the most pairs allowed.
+TEST(BenchSummary, UnresolvedRatiosAreNamedForMorePairsUntilTheCap) {
+    const std::string dir = test_dir("bench_unresolved"), runs = dir + "/runs";
+    ASSERT_EQ(run_command({"mkdir", "-p", runs}).exit_code, 0);
+    int n = 0;
+    const double drift[6] = {1.0, 2.0, 1.05, 2.1, 0.95, 1.95};
+    const double steady[6] = {1.00, 1.01, 0.99, 1.02, 0.98, 1.00};  // ratio within ±2%: resolved
+    const double noisy[6] = {0.70, 1.30, 0.85, 1.20, 1.00, 0.75};   // ratio spreads ±30%: not resolved
+    for (int p = 0; p < 6; ++p) {
+        const std::string pair = "r" + std::to_string(p + 1) + "-1";
+        write_run(runs, ++n, {"rpc_single", "h0", p + 1, pair, 100 * drift[p], 20 * drift[p]});
+        write_run(runs, ++n, {"rpc_experts", "h0", p + 1, pair, 80 * drift[p], 25 * drift[p] * steady[p]});
+        const std::string pair1 = "r" + std::to_string(p + 1) + "-2";
+        write_run(runs, ++n, {"rpc_single", "h1", p + 1, pair1, 100 * drift[p], 20 * drift[p]});
+        write_run(runs, ++n, {"rpc_experts", "h1", p + 1, pair1, 80 * drift[p], 25 * drift[p] * noisy[p]});
+    }
+    const std::string script = repo_root() + "/tools/bench/unresolved.js";
+    CommandResult r = run_command({"node", script, dir, "a3b-L4-q8_0", "decode", "24"}, {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "rpc_experts lo h1\n") << "only the noisy placement needs more pairs";
+    r = run_command({"node", script, dir, "a3b-L4-q8_0", "decode", "6"}, {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "") << "6 pairs is the cap: nothing more to add";
+    r = run_command({"node", script, dir, "a3b-L4-q8_0", "decode"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << "usage error without the cap";
+}
+
+// A cold phase run's first call makes this host's copies (seconds); the MoE share of a step must
+// leave that one-time preparation (the report's ms_setup) out, or it exceeds 100%.
+TEST(BenchSummary, ThePhaseMoeShareLeavesTheFirstCallsCopyOut) {
+    const std::string dir = test_dir("bench_phase_setup");
+    json meta = {{"model", "m"}, {"variant", "local_copy"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "decode"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    // 1-token prompt + 64 steps of 10 ms; 65 calls per layer of 5 ms each, plus a 4000 ms copy at the first
+    json run = {{"prefill", {{"tokens", 1}, {"ms", 10.0}}}, {"decode", {{"tokens", 64}, {"ms", 640.0}}}};
+    json layers = json::array();
+    for (int il = 0; il < 2; ++il)
+        layers.push_back({{"il", il}, {"calls", 65}, {"rows", 65}, {"ms", 65 * 2.5 + 4000.0}, {"ms_local", 65 * 2.5}, {"ms_wait", 0.0}, {"ms_setup", 4000.0}});
+    json report = {{"layers", layers}, {"workers", json::array()}, {"config", {{"mode", "local"}}}};
+    std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
+    CommandResult r = run_command({"node", "-e",
+        "const {phase_record} = require(process.argv[1]); const x = require(process.argv[2]);"
+        "console.log(JSON.stringify(phase_record(x.meta, x.run, x.report)));",
+        repo_root() + "/tools/bench/phase.js", dir + "/in.json"}, {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json rec = json::parse(r.out);
+    EXPECT_NEAR(rec["moe_ms_per_step"].get<double>(), 5.0, 1e-9) << rec.dump();
+    EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
+}

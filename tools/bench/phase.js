@@ -32,12 +32,15 @@ function payload_bytes(report) {
 }
 
 /// Per-layer averages per call (ms): MoE handling in total, local compute (with packing and sending),
-/// waiting for workers after the local part was done.
+/// waiting for workers after the local part was done. The one-time preparation at a plan's first call
+/// (ms_setup: this host's copies of its experts, packed down slices) is left out: phase runs are cold,
+/// and a copy of seconds in a 64-step decode would otherwise count as MoE time of every step.
 function layer_rows(report) {
     return (report.layers || []).map((l) => {
         const c = Math.max(1, l.calls);
         return { il: l.il, calls: l.calls, rows: l.rows, remote_rows: l.remote_rows, remote_slots: l.remote_slots,
-                 ms: l.ms / c, ms_local: l.ms_local / c, ms_wait: l.ms_wait / c };
+                 ms: (l.ms - (l.ms_setup || 0)) / c, ms_local: l.ms_local / c, ms_wait: l.ms_wait / c,
+                 ms_setup: l.ms_setup || 0 };
     });
 }
 

@@ -8,7 +8,8 @@
 const fs = require("fs");
 const os = require("os");
 const path = require("path");
-const { read_json, median, summary, fmt, tidy } = require("./stats.js");
+const { median, summary, fmt, tidy } = require("./stats.js");
+const { load_runs, runs_by_pair } = require("./runs.js");
 const { phase_record } = require("./phase.js");
 const { pair_ratios, run_stalled, REFERENCE_OF, ratio_of_medians_ci } = require("./pairs.js");
 const { amdahl_rows, target_rows } = require("./targets.js");
@@ -18,18 +19,6 @@ const tables = require("./tables.js");
 
 const OUT = process.argv[2];
 const RUNS = path.join(OUT || ".", "runs");
-
-function load_runs() {
-    let names = [];
-    try { names = fs.readdirSync(RUNS).filter((n) => n.endsWith(".meta.json")).sort(); } catch (e) { names = []; }
-    return names.map((n) => {
-        const meta = read_json(path.join(RUNS, n));
-        if (!meta) return null;
-        meta.run_json = read_json(path.join(RUNS, meta.run));
-        meta.report_json = meta.report ? read_json(path.join(RUNS, meta.report)) : null;
-        return meta;
-    }).filter(Boolean);
-}
 
 /// Problems a finished run shows (empty when it is sound).
 function run_problems(r) {
@@ -70,8 +59,7 @@ function timed_groups(runs) {
         const k = key(r.model, !!r.no_repack);
         if ((r.variant === "single" || r.variant === "single_nr") && !reference.has(k)) reference.set(k, r.run_json.logits_xxh3);
     }
-    const by_pair = new Map();  // pair id -> its runs
-    for (const r of timed) if (r.pair) by_pair.set(key(r.model, r.pair), (by_pair.get(key(r.model, r.pair)) || []).concat([r]));
+    const by_pair = runs_by_pair(timed);  // "model|pair" -> its runs
     const out = [];
     for (const [k, rs] of groups) {
         const r0 = rs[0];
@@ -186,7 +174,7 @@ function memory_rows(groups) {
 }
 
 function main() {
-    const runs = load_runs();
+    const runs = load_runs(OUT);
     if (runs.length === 0) {
         console.error(`bench: error: no runs in ${RUNS}`);
         process.exit(2);

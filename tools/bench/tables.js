@@ -80,10 +80,13 @@ function amdahl_table(amdahl) {
     const rows = [...amdahl].filter((a) => a.variant !== "observe").sort(order).map((a) => [
         a.model, link(a.net), a.variant, a.placement === "h0" ? "0" : "1", a.phase, pct(a.moe_share), x2(a.bound),
         x2(a.measured), pct(a.fraction_of_bound),
-        a.fraction_ci95 ? `[${pct(a.fraction_ci95.lo)}, ${pct(a.fraction_ci95.hi)}]` : "no interval"]);
+        a.fraction_ci95 ? `[${pct(a.fraction_ci95.lo)}, ${pct(a.fraction_ci95.hi)}]` : "no interval",
+        a.bound_copy ? `${x2(a.bound_copy)} (${x2(a.local_copy_speed)} x MoE ${pct(a.moe_share_copy)})` : "-",
+        a.fraction_ci95_copy ? `${pct(a.fraction_ci95_copy.point)} [${pct(a.fraction_ci95_copy.lo)}, ${pct(a.fraction_ci95_copy.hi)}]` : "-"]);
     // *_slow variants: the bound is the ideal split's with the worker at its CPU quota (targets.js)
     return table(["model", "link", "variant", "coord. core", "phase", "MoE share", "Amdahl bound", "measured", "of bound",
-                  "of bound, 95% interval (paired)"], rows);
+                  "of bound, 95% interval (paired)",
+                  "bound from one node with the same memory (local_copy speed x MoE share)", "of it [95%]"], rows);
 }
 
 function floor_table(floor) {
@@ -151,7 +154,7 @@ function render(b) {
         time_table(b.phases),
         "## Wire (phase runs; bytes sent + received by the coordinator per token per MoE layer)",
         wire_table(b.phases),
-        "## Amdahl bound (MoE share from the local-mode phase runs)",
+        "## Amdahl bound (MoE share from the local-mode phase runs; experts1 variants also from local_copy, one node computing from the huge-page copy both of their hosts use)",
         amdahl_table(b.amdahl),
         "## Physical floor per step (n_moe_layers x 0.107 ms round trip + bytes of the busier direction / TCP payload rate; no overlap)",
         floor_table(b.floor),
