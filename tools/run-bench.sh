@@ -16,6 +16,9 @@
 #   single_nr        single with --no-repack (the reference moezip's no_repack runs were once held to)
 #   single_anon      single with --no-mmap: one node with its weights in anonymous memory (4 KiB pages;
 #                    moezip's workers and experts.copy_local hold experts with huge pages)
+#   single_thp       single_anon with GLIBC_TUNABLES=glibc.malloc.hugetlb=1: glibc's malloc advises its
+#                    mmap'd chunks MADV_HUGEPAGE, so the engine's --no-mmap weights get transparent huge
+#                    pages with no change to the engine: what a llama.cpp user can do alone on one node
 #   local_copy       mode "local" with experts.copy_local = true: one node computing every expert from a
 #                    copy in anonymous memory with huge pages, the memory kind experts1 computes from on both
 #                    hosts; experts1 over local_copy is what distributing gains apart from the memory kind
@@ -48,8 +51,8 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
-#   BENCH_SET           comparison (default): the side-by-side answer, in about an hour here: a3b-L4-q8_0
-#                       (single single_nr single_anon observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and
+#   BENCH_SET           comparison (default): the side-by-side answer, in about 90 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
+#                       (single single_nr single_anon single_thp observe local local_copy experts1 shard1 rpc_single rpc_experts rpc_tensor, and
 #                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
 #                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
 #                       a3b-L4-q4_K, repack-costs): about 2 h more.
@@ -83,7 +86,7 @@
 #   BENCH_REPACK_REPS   repetitions of tools/bench/repack-costs.sh, q4_K and q4_0, after the table (default 5 in
 #                       the full set, 0 in comparison; 0 skips)
 #   BENCH_RESOLVE_MIN   minutes per model of extra pairs for the decode ratios not resolved to ±5% after
-#                       BENCH_REPS (default 30; 0 = none). Each round adds one pair to every such ratio of
+#                       BENCH_REPS (default 30, 0 with BENCH_QUICK=1; 0 = none). Each round adds one pair to every such ratio of
 #                       BENCH_RESOLVE_VARIANTS (fewest pairs first) until all are resolved, each has
 #                       BENCH_RESOLVE_MAX_PAIRS pairs (default 24), or the minutes are spent (tools/bench/unresolved.js)
 #   BENCH_RESOLVE_VARIANTS  variants whose decode ratios get extra pairs (default "experts1 local_copy")
@@ -129,7 +132,7 @@ THROTTLE_PERIOD_US=${BENCH_THROTTLE_PERIOD_US:-100000}
 RPC=${BENCH_RPC:-1}
 NO_REPACK=${BENCH_NO_REPACK:-auto}
 TRACE_MAX=${BENCH_TRACE_MAX:-200000}
-RESOLVE_MIN=${BENCH_RESOLVE_MIN:-30}
+RESOLVE_MIN=${BENCH_RESOLVE_MIN:-$([ "$QUICK" = 1 ] && echo 0 || echo 30)}
 RESOLVE_MAX_PAIRS=${BENCH_RESOLVE_MAX_PAIRS:-24}
 RESOLVE_VARIANTS=${BENCH_RESOLVE_VARIANTS:-experts1 local_copy}
 RESOLVE_MODELS=${BENCH_RESOLVE_MODELS:-a3b-L4-q8_0}
@@ -153,7 +156,7 @@ case "$LOAD" in defaults|mmap|anon) ;; *) die "BENCH_LOAD must be defaults, mmap
 case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, got '$NO_REPACK'";; esac
 [[ "$TRACE_MAX" =~ ^[1-9][0-9]*$ ]] || die "BENCH_TRACE_MAX must be a positive integer, got '$TRACE_MAX'"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
-[[ "$RESOLVE_MIN" =~ ^[0-9]+$ ]] || die "BENCH_RESOLVE_MIN must be a whole number of minutes, got '$RESOLVE_MIN'"
+[[ "$RESOLVE_MIN" =~ ^(0|[1-9][0-9]*)$ ]] || die "BENCH_RESOLVE_MIN must be a whole number of minutes, got '$RESOLVE_MIN'"
 [[ "$RESOLVE_MAX_PAIRS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_RESOLVE_MAX_PAIRS must be a positive integer, got '$RESOLVE_MAX_PAIRS'"
 [[ "$THROTTLE_PCT" =~ ^[0-9]+$ ]] && [ "$THROTTLE_PCT" -ge 1 ] && [ "$THROTTLE_PCT" -le 99 ] ||
     die "BENCH_THROTTLE must be a whole percentage 1..99, got '$THROTTLE_PCT'"
@@ -174,7 +177,7 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|single_nr|single_anon|observe|local|local_copy|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
+    case "$v" in single|single_nr|single_anon|single_thp|observe|local|local_copy|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
                  experts1_plan|experts1_repl|rows1_slow|rows1_auto_slow|shard1_slow|shard1_auto_slow) ;;
         *) die "unknown variant '$v'";; esac
 done
@@ -262,7 +265,7 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 
 # plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The comparison set
 # (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the references and
-# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about an hour with pairs on
+# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about 90 minutes with pairs on
 # both placements. The full set adds every study: the placement and throttled-worker variants (issue 14)
 # on the 4-layer q8_0 model and, on the others, the variants that answer their question (8 layers: twice
 # the round trips per token; q4_K: another weight type). `local` always gets phase runs (the MoE share
@@ -273,13 +276,13 @@ plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     if [ "$SET" = comparison ]; then
         case "$1" in
-            a3b-L4-q8_0) echo "single single_nr single_anon observe local local_copy experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
+            a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
             *) echo "single observe local experts1 shard1 rpc_single rpc_experts" ;;
         esac
         return
     fi
     case "$1" in
-        a3b-L4-q8_0) echo "single single_nr single_anon observe local local_copy rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
+        a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
                           "experts1_plan experts1_repl rows1_slow rows1_auto_slow shard1_slow shard1_auto_slow" ;;
         a3b-L8-q8_0) echo "single experts1 rpc_single rpc_experts" ;;
         a3b-L4-q4_K) echo "single single_nr rows1 experts1" ;;
@@ -305,7 +308,7 @@ ref_of() { case "$1" in single|rpc_single) echo "" ;; rpc_*) echo rpc_single ;; 
 no_repack_for() {
     case "$2" in
         single_nr) echo 1; return ;;
-        single|single_anon) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
+        single|single_anon|single_thp) if [ "$NO_REPACK" = 1 ]; then echo 1; else echo 0; fi; return ;;   # the engine's default: repacking on
         rpc_*) echo 0; return ;;   # llama-bench has no --no-repack: always the engine's default
     esac
     case "$NO_REPACK" in
@@ -513,7 +516,9 @@ run_one() {
         prefill) args+=(--fixture "$N_PREFILL" -n 1) ;;
         decode) args+=(--fixture 1 -n "$((N_DECODE + 1))") ;;
     esac
-    if [ "$LOAD" = anon ] || [ "$v" = single_anon ]; then args+=(--no-mmap); fi
+    if [ "$LOAD" = anon ] || [ "$v" = single_anon ] || [ "$v" = single_thp ]; then args+=(--no-mmap); fi
+    # glibc >= 2.35: malloc's mmap'd chunks advised MADV_HUGEPAGE (THP "madvise" mode, as here)
+    [ "$v" = single_thp ] && envs=(env "GLIBC_TUNABLES=glibc.malloc.hugetlb=1")
     if [ "$engine" = llama-bench ] && [ "$ok" = 1 ]; then
         # the same lengths, ubatch and thread count; llama-bench times the prompt and the decode as two
         # tests, each after one untimed warm-up run of its own (decode from an empty context)
@@ -684,9 +689,12 @@ for m in $MODELS; do
         while [ "$(date +%s)" -lt "$t_stop" ]; do
             round=$((round + 1))
             todo=()
+            left=$(node "$ROOT/tools/bench/unresolved.js" "$OUT" "$m" decode "$RESOLVE_MAX_PAIRS") ||
+                die "tools/bench/unresolved.js failed on $OUT (see above)"
             while read -r v n p; do
+                [ -n "$v" ] || continue
                 case " $RESOLVE_VARIANTS " in *" $v "*) todo+=("$v $n $p") ;; esac
-            done < <(node "$ROOT/tools/bench/unresolved.js" "$OUT" "$m" decode "$RESOLVE_MAX_PAIRS")
+            done <<< "$left"
             if [ "${#todo[@]}" -eq 0 ]; then say "$m: every decode ratio of $RESOLVE_VARIANTS is resolved to ±5% or has $RESOLVE_MAX_PAIRS pairs"; break; fi
             say "$m: extra pairs, round $round: ${#todo[@]} decode ratios not resolved to ±5%: ${todo[*]}"
             rep=$((REPS + round)); k=0

@@ -32,9 +32,10 @@ struct LayerCounters {
     double ms = 0;               ///< wall time in moezip's handling of this layer
     double ms_local = 0;         ///< of which computing here
     double ms_wait = 0;          ///< of which waiting for workers after local work was done
-    /// Of ms, one-time preparation at a plan's first call: this host's copies of its experts
-    /// (experts.copy_local), packed down slices (shard). Not a cost per call: the bench leaves it out
-    /// of the MoE share of a step (tools/bench/phase.js).
+    /// Of ms, not in ms_local: preparation at a plan's first call, this host's copies of its experts
+    /// (experts.copy_local), its packed down slice (shard; again after a slice change of
+    /// local_share = "auto") and the identity digests of the workers' experts (Dispatcher::check_layer).
+    /// Not a cost of every call: the bench leaves it out of the MoE share of a step (tools/bench/phase.js).
     double ms_setup = 0;
 };
 

@@ -55,6 +55,16 @@ public:
     /// content digests (coordinator/dispatch/expert_digests_here.h) and the time it took.
     nlohmann::json memory_json() const override;
 protected:
+    /// ms this host has spent on identity digests so far (Dispatcher::check_layer: the workers'
+    /// experts read here once per plan and worker).
+    double digest_ms() const { return disp_.digests_here().ms(); }
+    /// Moves the digest time since `before` (digest_ms() when the call began) out of c.ms_local into
+    /// c.ms_setup: a plan's first call checks the workers' weights once; that is not compute.
+    void digest_time_to_setup(double before, LayerCounters & c) const {
+        const double d = digest_ms() - before;
+        c.ms_local -= d;
+        c.ms_setup += d;
+    }
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);
     /// The same with weights `w` (e.g. an n_ff slice) and the slot-order sums written to out

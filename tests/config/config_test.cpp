@@ -335,3 +335,19 @@ TEST(ExpertRanges, RejectsMalformedItems) {
     EXPECT_NE(expert_ranges_parse("a-b", r).message().find("expected an expert id"), std::string::npos);
     EXPECT_NE(expert_ranges_parse("70000", r).message().find("expected an expert id"), std::string::npos);
 }
+
+// experts.copy_local's default depends on the mode (docs/config.md): on in mode experts, off in mode
+// local (whose job is to show what the interception costs), and what the file says in either.
+TEST(ConfigFile, CopyLocalDefaultsOnInExpertsModeAndOffInLocalMode) {
+    Config cfg;
+    ASSERT_TRUE(config_load_string("mode = \"local\"\n", "t.toml", cfg));
+    EXPECT_FALSE(cfg.experts.copy_local);
+    ASSERT_TRUE(config_load_string("mode = \"local\"\n[experts]\ncopy_local = true\n", "t.toml", cfg));
+    EXPECT_TRUE(cfg.experts.copy_local);
+    ASSERT_TRUE(config_load_string("mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n[[worker]]\nendpoint = \"tcp://127.0.0.1:5601\"\nexperts = \"4-7\"\n",
+                                   "t.toml", cfg));
+    EXPECT_TRUE(cfg.experts.copy_local);
+    ASSERT_TRUE(config_load_string("mode = \"experts\"\n[experts]\nlocal = \"0-3\"\ncopy_local = false\n[[worker]]\n"
+                                   "endpoint = \"tcp://127.0.0.1:5601\"\nexperts = \"4-7\"\n", "t.toml", cfg));
+    EXPECT_FALSE(cfg.experts.copy_local);
+}

@@ -305,6 +305,11 @@ TEST(Distributed, TheCoordinatorsOwnExpertsComputeFromAnAnonymousCopyWithTheSame
     // this host's slots from the copy, the dead worker's (fallbacks) from the mapping
     EXPECT_GT(m["own_copy_slots"].get<uint64_t>(), 0u) << m.dump();
     EXPECT_LT(m["own_copy_slots"].get<uint64_t>(), sum_layers(rep, "local_slots")) << m.dump();
+    // the copies and the identity digests of the workers' experts are one-time setup, not compute
+    double setup = 0;
+    for (const json & l : rep["layers"]) setup += l["ms_setup"].get<double>();
+    EXPECT_GT(m["identity_digest_ms"].get<double>(), 0.0) << m.dump();
+    EXPECT_GE(setup, m["own_copy_ms"].get<double>() + m["identity_digest_ms"].get<double>() - 1e-6) << rep["layers"].dump();
 
     // the kernels read the copy: a byte changed in it (test fault) changes the logits
     CommandResult bad = run_host(c.dir, "corrupt_copy", model, body(""), kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_local_copy"}});
@@ -346,6 +351,9 @@ TEST(Distributed, LocalModeWithCopyLocalComputesEveryExpertFromTheCopyWithTheSam
         EXPECT_GT(l["ms_setup"].get<double>(), 0.0) << l.dump();
         EXPECT_LE(l["ms_local"].get<double>() + l["ms_setup"].get<double>(), l["ms"].get<double>() + 1e-6) << l.dump();
     }
+    double setup = 0;
+    for (const json & l : rep["layers"]) setup += l["ms_setup"].get<double>();
+    EXPECT_GE(setup, m["own_copy_ms"].get<double>() - 1e-6) << "the copying is in ms_setup: " << rep["layers"].dump();
     EXPECT_FALSE(m.contains("own_copy_not_made")) << m.dump();
 
     CommandResult bad = run_host(dir, "corrupt_copy", model, copied, kPrompt128, {{"MOEZIP_TEST_FAULT", "corrupt_local_copy"}});

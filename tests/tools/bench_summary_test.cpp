@@ -150,3 +150,25 @@ TEST(BenchSummary, ThePhaseMoeShareLeavesTheFirstCallsCopyOut) {
     EXPECT_NEAR(rec["moe_ms_per_step"].get<double>(), 5.0, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
 }
+
+// The same for a prefill phase run: its one step (the prompt) contains the copy, so the step time
+// must leave it out as well, or the share falls far below the truth.
+TEST(BenchSummary, ThePrefillStepLeavesTheFirstCallsCopyOut) {
+    const std::string dir = test_dir("bench_phase_setup_prefill");
+    json meta = {{"model", "m"}, {"variant", "local_copy"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "prefill"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    // a 512-token prompt of 200 ms plus two layers' 4000 ms copies; 50 ms of MoE per layer
+    json run = {{"prefill", {{"tokens", 512}, {"ms", 8200.0}}}, {"decode", {{"tokens", 0}, {"ms", 0.0}}}};
+    json layers = json::array();
+    for (int il = 0; il < 2; ++il)
+        layers.push_back({{"il", il}, {"calls", 1}, {"rows", 512}, {"ms", 4050.0}, {"ms_local", 50.0}, {"ms_wait", 0.0}, {"ms_setup", 4000.0}});
+    json report = {{"layers", layers}, {"workers", json::array()}, {"config", {{"mode", "local"}}}};
+    std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
+    CommandResult r = run_command({"node", "-e",
+        "const {phase_record} = require(process.argv[1]); const x = require(process.argv[2]);"
+        "console.log(JSON.stringify(phase_record(x.meta, x.run, x.report)));",
+        repo_root() + "/tools/bench/phase.js", dir + "/in.json"}, {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json rec = json::parse(r.out);
+    EXPECT_NEAR(rec["step_ms"].get<double>(), 200.0, 1e-9) << rec.dump();
+    EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
+}

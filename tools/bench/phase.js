@@ -13,9 +13,11 @@ function phase_tokens(kind, run) {
     return kind === "prefill" ? run.prefill.tokens : run.prefill.tokens + run.decode.tokens;
 }
 
-/// Time of one step of the phase, ms: the prompt's llama_decode, or the mean decode step.
-function phase_step_ms(kind, run) {
-    return kind === "prefill" ? run.prefill.ms : run.decode.ms / Math.max(1, run.decode.tokens);
+/// Time of one step of the phase, ms: the prompt's llama_decode, or the mean decode step. setup_ms:
+/// the one-time preparation the report counted (layers' ms_setup), which a prefill phase run's one
+/// step contains (a decode phase run makes it in its 1-token prompt, outside the decode steps).
+function phase_step_ms(kind, run, setup_ms = 0) {
+    return kind === "prefill" ? run.prefill.ms - setup_ms : run.decode.ms / Math.max(1, run.decode.tokens);
 }
 
 /// Bytes the mode has to move per call, summed over layers: every row sent carries its hidden state
@@ -55,7 +57,7 @@ function phase_record(meta, run, report) {
     const pay = payload_bytes(report);
     const wire = meta.net !== "lo" ? meta.wire_tx + meta.wire_rx : null;
     const moe_ms = layers.reduce((a, l) => a + l.ms, 0);
-    const step_ms = phase_step_ms(kind, run);
+    const step_ms = phase_step_ms(kind, run, layers.reduce((a, l) => a + l.ms_setup, 0));
     return {
         model: meta.model, variant: meta.variant, net: meta.net, placement: meta.placement, phase: kind,
         tokens, n_moe_layers: layers.length, step_ms, moe_ms_per_step: moe_ms, moe_share: moe_ms / step_ms,

@@ -32,6 +32,13 @@ function run_problems(r) {
     if (r.mode !== "observe" && rep.checks && rep.checks.regions_passthrough > 0)
         p.push(`${rep.checks.regions_passthrough} regions passthrough`);
     if (rep.errors && rep.errors.count > 0) p.push(`${rep.errors.count} errors: ${rep.errors.first[0]}`);
+    // the reference "one node from the huge-page copy" only when every slot was computed from it
+    if (r.variant === "local_copy") {
+        const m = rep.memory || {};
+        const slots = (rep.layers || []).reduce((a, l) => a + (l.local_slots || 0), 0);
+        if (m.own_copy_not_made || m.own_copy_skipped_why || m.own_copy_slots !== slots)
+            p.push(`local_copy computed ${m.own_copy_slots} of ${slots} slots from the copy: ${m.own_copy_not_made || m.own_copy_skipped_why || ""}`);
+    }
     for (const w of rep.workers || []) {
         if (w.fallbacks > 0 || w.hash_failed > 0 || w.errors > 0 || w.refused)
             p.push(`worker ${w.endpoint}: fallbacks ${w.fallbacks}, hash_failed ${w.hash_failed}, errors ${w.errors} ${w.refused || ""}`);
@@ -126,6 +133,21 @@ function timed_groups(runs) {
             // rpc_single): what is left when the two programs time one node differently (small models)
             const s = median(tok(one("single"), ph)), rsg = median(tok(one("rpc_single"), ph));
             g[ph].vs_rpc_experts_normalised = g[ph].vs_rpc_experts && s && rsg ? g[ph].vs_rpc_experts.point * rsg / s : null;
+        }
+    }
+    // the experts1 variants against one node computing from the same huge-page copy (local_copy, same
+    // placement): what distributing gains apart from the memory kind. Both sides read huge pages, whose
+    // speed drifts far less on this VM than the mapped single's, so this ratio of medians (runs of the
+    // two interleaved over the repetitions) resolves where the paired ratios over `single` cannot
+    for (const g of out) {
+        if (!g.variant.startsWith("experts1")) continue;
+        const lc = groups.get(key(g.model, "local_copy", "lo", g.placement));
+        if (!lc) continue;
+        const rs = groups.get(key(g.model, g.variant, g.net, g.placement));
+        for (const ph of ["prefill", "decode"]) {
+            g[ph].vs_local_copy = ratio_of_medians_ci(tok(rs, ph), tok(lc, ph));
+            const c = g[ph].vs_local_copy;
+            g[ph].vs_local_copy_resolved_5pct = !!(c && c.lo !== null && c.hi - c.lo <= 0.1 * c.point);
         }
     }
     return out;

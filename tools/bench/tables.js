@@ -2,10 +2,11 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "single_nr", "single_anon", "observe", "local", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
+const VARIANTS = ["single", "single_nr", "single_anon", "single_thp", "observe", "local", "local_copy", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
                   "rpc_single", "rpc_experts", "rpc_tensor"];
 /// How a variant is shown: the references say which one they are.
-const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", single_anon: "single --no-mmap", rpc_single: "rpc_single (llama-bench, one node)",
+const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", single_anon: "single --no-mmap", single_thp: "single --no-mmap, malloc with huge pages (glibc.malloc.hugetlb=1)",
+                local_copy: "local_copy (one node from the huge-page copy)", rpc_single: "rpc_single (llama-bench, one node)",
                 rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
 const label = (g) => LABEL[g.variant] || g.variant;
 /// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.
@@ -50,6 +51,15 @@ function rpc_table(groups) {
         ci(g.decode.vs_rpc_experts), x2(g.decode.vs_rpc_experts_normalised)]);
     return table(["model", "link", "variant", "cores", "prefill x rpc_experts (tok/s, 95% CI)", "same, each over its own one-node run",
                   "decode x rpc_experts (tok/s, 95% CI)", "same, each over its own one-node run"], rows);
+}
+
+function copy_table(groups) {
+    const res = (c, ok) => (c && c.lo !== null ? (ok ? "yes" : "no") : "-");
+    const rows = [...groups].filter((g) => g.prefill.vs_local_copy || g.decode.vs_local_copy).sort(order).map((g) => [
+        g.model, link(g.net), g.variant, cores(g), ci(g.prefill.vs_local_copy), ci(g.decode.vs_local_copy),
+        res(g.decode.vs_local_copy, g.decode.vs_local_copy_resolved_5pct)]);
+    return table(["model", "link", "variant", "cores", "prefill x local_copy (tok/s, 95% CI)", "decode x local_copy (tok/s, 95% CI)",
+                  "decode resolved to ±5%"], rows);
 }
 
 function time_table(phases) {
@@ -150,6 +160,8 @@ function render(b) {
         speed_table(b.groups),
         "## Against llama.cpp's RPC backend (experts of every layer on a ggml-rpc-server on the other core)",
         rpc_table(b.groups),
+        "## Against one node computing from the same huge-page copy (local_copy): what distributing gains apart from the memory kind (ratio of medians of the two variants' timed runs, bootstrap 95% interval)",
+        copy_table(b.groups),
         "## Where the time goes (phase runs, coordinator on core 0; per step, from the preload's report)",
         time_table(b.phases),
         "## Wire (phase runs; bytes sent + received by the coordinator per token per MoE layer)",

@@ -52,7 +52,7 @@ function amdahl_bound(variant, phase, p, s, r = 1) {
 function amdahl_rows(groups, phases) {
     const out = [];
     for (const g of groups) {
-        if (g.variant === "single" || g.variant === "single_nr" || g.variant === "single_anon" || g.variant === "observe" || g.variant === "local" || g.variant === "local_copy" ||
+        if (g.variant === "single" || g.variant === "single_nr" || g.variant === "single_anon" || g.variant === "single_thp" || g.variant === "observe" || g.variant === "local" || g.variant === "local_copy" ||
             g.engine === "llama-bench") continue;  // bound 1 (see targets), or not moezip
         for (const ph of ["prefill", "decode"]) {
             const p = moe_share(phases, g.model, ph);
@@ -64,6 +64,9 @@ function amdahl_rows(groups, phases) {
             const lc_speed = lc && lc[ph].ci95 ? lc[ph].ci95.point : null;
             const bound_copy = g.variant.startsWith("experts1") && g.variant !== "experts1_verify" && lc_speed !== null && pc !== null
                 ? lc_speed * amdahl_bound(g.variant, ph, pc, g.rows_share) : null;
+            // of it: the variant over local_copy (summary.js: a ratio of medians, both sets resampled)
+            const over_copy = bound_copy ? g[ph].vs_local_copy || null : null;
+            const split = bound_copy ? bound_copy / lc_speed : null;  // the Amdahl factor with p_c
             out.push({ model: g.model, variant: g.variant, net: g.net, placement: g.placement, phase: ph,
                        moe_share: p, bound, measured,
                        fraction_of_bound: bound && measured !== null ? measured / bound : null,
@@ -71,8 +74,8 @@ function amdahl_rows(groups, phases) {
                        fraction_ci95: bound && g[ph].ci95 && g[ph].ci95.lo !== null
                            ? { point: g[ph].ci95.point / bound, lo: g[ph].ci95.lo / bound, hi: g[ph].ci95.hi / bound } : null,
                        moe_share_copy: bound_copy ? pc : null, local_copy_speed: bound_copy ? lc_speed : null, bound_copy,
-                       fraction_ci95_copy: bound_copy && g[ph].ci95 && g[ph].ci95.lo !== null
-                           ? { point: g[ph].ci95.point / bound_copy, lo: g[ph].ci95.lo / bound_copy, hi: g[ph].ci95.hi / bound_copy } : null });
+                       fraction_ci95_copy: over_copy && over_copy.lo !== null
+                           ? { point: over_copy.point / split, lo: over_copy.lo / split, hi: over_copy.hi / split } : null });
         }
     }
     return out;
