@@ -48,6 +48,17 @@ const json * group(const json & bench, const std::string & variant, const std::s
     return nullptr;
 }
 
+/// tools/bench/phase.js's phase_record of one run (meta, moezip-run JSON, report), or null when node fails.
+json phase_record_of(const std::string & dir, const json & meta, const json & run, const json & report) {
+    std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
+    CommandResult r = run_command({"node", "-e",
+        "const {phase_record} = require(process.argv[1]); const x = require(process.argv[2]);"
+        "console.log(JSON.stringify(phase_record(x.meta, x.run, x.report)));",
+        repo_root() + "/tools/bench/phase.js", dir + "/in.json"}, {}, 60);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json();
+}
+
 } // namespace
 
 TEST(BenchSummary, RatiosAreTakenWithinPairsWithIntervalsFromFourPairsUp) {
@@ -140,13 +151,8 @@ TEST(BenchSummary, ThePhaseMoeShareLeavesTheFirstCallsCopyOut) {
     for (int il = 0; il < 2; ++il)
         layers.push_back({{"il", il}, {"calls", 65}, {"rows", 65}, {"ms", 65 * 2.5 + 4000.0}, {"ms_local", 65 * 2.5}, {"ms_wait", 0.0}, {"ms_setup", 4000.0}});
     json report = {{"layers", layers}, {"workers", json::array()}, {"config", {{"mode", "local"}}}};
-    std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
-    CommandResult r = run_command({"node", "-e",
-        "const {phase_record} = require(process.argv[1]); const x = require(process.argv[2]);"
-        "console.log(JSON.stringify(phase_record(x.meta, x.run, x.report)));",
-        repo_root() + "/tools/bench/phase.js", dir + "/in.json"}, {}, 60);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const json rec = json::parse(r.out);
+    const json rec = phase_record_of(dir, meta, run, report);
+    ASSERT_FALSE(rec.is_null());
     EXPECT_NEAR(rec["moe_ms_per_step"].get<double>(), 5.0, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
 }
@@ -162,13 +168,8 @@ TEST(BenchSummary, ThePrefillStepLeavesTheFirstCallsCopyOut) {
     for (int il = 0; il < 2; ++il)
         layers.push_back({{"il", il}, {"calls", 1}, {"rows", 512}, {"ms", 4050.0}, {"ms_local", 50.0}, {"ms_wait", 0.0}, {"ms_setup", 4000.0}});
     json report = {{"layers", layers}, {"workers", json::array()}, {"config", {{"mode", "local"}}}};
-    std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
-    CommandResult r = run_command({"node", "-e",
-        "const {phase_record} = require(process.argv[1]); const x = require(process.argv[2]);"
-        "console.log(JSON.stringify(phase_record(x.meta, x.run, x.report)));",
-        repo_root() + "/tools/bench/phase.js", dir + "/in.json"}, {}, 60);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const json rec = json::parse(r.out);
+    const json rec = phase_record_of(dir, meta, run, report);
+    ASSERT_FALSE(rec.is_null());
     EXPECT_NEAR(rec["step_ms"].get<double>(), 200.0, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
 }
