@@ -61,7 +61,7 @@
 #   BENCH_REPS          repetitions (default 5)
 #   BENCH_VARIANTS      timed variants on loopback for every model (default: per model, see plan_for)
 #   BENCH_NETS          emulated links: "1g 10g" (default), a subset, or "none"
-#   BENCH_NET_VARIANTS  variants run over the emulated links (default "experts1"; "rows1 experts1" adds
+#   BENCH_NET_VARIANTS  variants run over the emulated links (default "experts1 rpc_experts"; adding rows1 adds
 #                       about 4 minutes: rows mode moves 6 kB per prompt token per layer, experts mode 30-40 kB)
 #   BENCH_NET_MODELS    models that get the emulated links (default a3b-L4-q8_0)
 #   BENCH_LOAD          defaults (default): every program as it loads by default, which makes the servers
