@@ -585,6 +585,18 @@ run_one() {
 }
 
 # ---- the schedule ----
+# run_pair MODEL VARIANT NET PLACEMENT REP PAIR FIRST: a variant's timed run and its reference's (ref_of,
+# on loopback) side by side; the reference goes first when FIRST is odd. Alternating it over the pairs
+# makes a drift within a pair fall on both sides alike.
+run_pair() {
+    local m=$1 v=$2 n=$3 p=$4 rep=$5 pair=$6 first=$7 r
+    r=$(ref_of "$v")
+    if (( first % 2 )); then
+        run_one "$m" "$r" lo "$p" timed "$rep" "$pair"; run_one "$m" "$v" "$n" "$p" timed "$rep" "$pair"
+    else
+        run_one "$m" "$v" "$n" "$p" timed "$rep" "$pair"; run_one "$m" "$r" lo "$p" timed "$rep" "$pair"
+    fi
+}
 PLACES=${BENCH_PLACES:-h0 h1}
 for p in $PLACES; do case "$p" in h0|h1) ;; *) die "BENCH_PLACES: unknown placement '$p' (h0, h1)";; esac; done
 [ "$PIN" = 1 ] || PLACES="h0"
@@ -671,12 +683,7 @@ for m in $MODELS; do
             [ "$n" != lo ] && net_shape "${n}bit"
             r=$(ref_of "$v")
             if [ -z "$r" ]; then run_one "$m" "$v" "$n" "$p" timed "$rep"; continue; fi
-            # which of the two goes first alternates, so a drift within a pair falls on both alike
-            if (( (rep + k) % 2 )); then
-                run_one "$m" "$r" lo "$p" timed "$rep" "r$rep-$k"; run_one "$m" "$v" "$n" "$p" timed "$rep" "r$rep-$k"
-            else
-                run_one "$m" "$v" "$n" "$p" timed "$rep" "r$rep-$k"; run_one "$m" "$r" lo "$p" timed "$rep" "r$rep-$k"
-            fi
+            run_pair "$m" "$v" "$n" "$p" "$rep" "r$rep-$k" $((rep + k))
         done
     done
     # Extra pairs where a decode ratio is not resolved to ±5% yet (this VM's decode spreads ±20-50%
@@ -703,11 +710,7 @@ for m in $MODELS; do
                 read -r v n p <<< "$c"
                 k=$((k + 1))
                 [ "$n" != lo ] && net_shape "${n}bit"
-                if (( (rep + k) % 2 )); then
-                    run_one "$m" "$(ref_of "$v")" lo "$p" timed "$rep" "x$round-$k"; run_one "$m" "$v" "$n" "$p" timed "$rep" "x$round-$k"
-                else
-                    run_one "$m" "$v" "$n" "$p" timed "$rep" "x$round-$k"; run_one "$m" "$(ref_of "$v")" lo "$p" timed "$rep" "x$round-$k"
-                fi
+                run_pair "$m" "$v" "$n" "$p" "$rep" "x$round-$k" $((rep + k))
             done
         done
         [ "$(date +%s)" -lt "$t_stop" ] || say "$m: the $resolve_here minutes of extra pairs are spent"
