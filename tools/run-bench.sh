@@ -69,6 +69,13 @@
 #                       experts into anonymous memory, as ggml-rpc-server always does with what it is sent.
 #                       mmap: the workers map the file too (--mmap). anon: everything in anonymous memory
 #                       (engines --no-mmap / -lm none). First touches cost ~8 s per GiB on this VM.
+#   BENCH_PAGE_CACHE    kernel (default): before a model's runs its file is evicted from the page cache and read
+#                       back through a mapping, so the folio sizes are those the kernel's readahead chooses (2 MiB,
+#                       PMD-mapped, on ext4 since Linux 6.16), as an engine's first load after a reboot gets them.
+#                       small: read back in 4 KiB folios, as on kernels without large folios for the filesystem
+#                       (Debian 12's 6.1 with ext4). asis: left as found. Measured before every run (meta
+#                       page_cache_pmd_share) and set again when it drifted (tools/moezip-pagecache). A mapped
+#                       run decodes 2-3x faster here with 2 MiB folios than with 4 KiB ones.
 #   BENCH_ROWS_SHARE    rows1 and shard1: the coordinator's share of the rows / of n_ff (default 0.5)
 #   BENCH_PLACES        core placements of the timed runs: "h0 h1" (default) or one of them (more pairs in
 #                       the same time, one placement's answer)
@@ -141,6 +148,8 @@ KEYS=$OUT/keys
 N_PREFILL=${BENCH_PREFILL:-512}
 N_UBATCH=${BENCH_UBATCH:-512}
 N_DECODE=${BENCH_DECODE:-64}
+PAGE_CACHE=${BENCH_PAGE_CACHE:-kernel}
+case "$PAGE_CACHE" in kernel|small|asis) ;; *) echo "bench: error: BENCH_PAGE_CACHE must be kernel, small or asis, got '$PAGE_CACHE'" >&2; exit 1 ;; esac
 RUN_TIMEOUT=900     # seconds per host run
 WORKER_WAIT=120     # seconds for a worker's ready line
 
@@ -165,7 +174,7 @@ case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, 
 [[ "$REPACK_REPS" =~ ^[0-9]+$ ]] || die "BENCH_REPACK_REPS must be a whole number, got '$REPACK_REPS'"
 awk -v f="$PLAN_SHARE" 'BEGIN { exit !(f + 0 > 0 && f + 0 <= 1) }' || die "BENCH_PLAN_SHARE must be in (0, 1], got '$PLAN_SHARE'"
 for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
-for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle"; do
+for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle" "$BIN/moezip-pagecache"; do
     [ -e "$f" ] || die "$f is missing (run make, or make BUILD=$BUILD build-all)"
 done
 command -v node >/dev/null || die "node is not installed (make deps installs nodejs)"
@@ -262,6 +271,40 @@ prepare_model() {  # name: writes the model once, reuses it after
     mv "$p.tmp" "$p"
 }
 model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
+
+# ---- the page cache behind the engines' mappings ----
+# A mapped model decodes 2-3x faster here when its page-cache folios are 2 MiB (PMD-mapped) than when
+# they are 4 KiB, and which it gets depends on how the file entered the page cache
+# (coordinator/memory/page_cache.h). page_cache_set evicts a model and reads it back the way
+# BENCH_PAGE_CACHE says; page_cache_check, before every run, measures the state, re-sets it when it
+# drifted (resident or PMD-mapped bytes changed by more than 1% of the file) and leaves PC_JSON for
+# the run's meta. asis: measured and recorded only.
+declare -A PC_PMD=() PC_RES=()
+N_PC_RESETS=0
+pc_field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<< "$2"; }
+page_cache_set() {  # model name
+    local p s
+    p=$(model_path "$1")
+    s=$("$BIN/moezip-pagecache" set --fill "$PAGE_CACHE" "$p") || die "could not set the page cache of $p (see above)"
+    PC_PMD[$1]=$(pc_field pmd_mapped_bytes "$s"); PC_RES[$1]=$(pc_field resident_bytes "$s")
+    say "$1: page cache $PAGE_CACHE: $(awk -v a="${PC_PMD[$1]}" -v b="$(pc_field file_bytes "$s")" 'BEGIN { printf "%.1f", 100 * a / b }')% of the file PMD-mapped"
+}
+page_cache_check() {  # model name -> PC_JSON
+    local p s pmd res bytes reset=false
+    p=$(model_path "$1")
+    s=$("$BIN/moezip-pagecache" state "$p") || die "could not measure the page cache of $p (see above)"
+    pmd=$(pc_field pmd_mapped_bytes "$s"); res=$(pc_field resident_bytes "$s"); bytes=$(pc_field file_bytes "$s")
+    if [ "$PAGE_CACHE" != asis ] &&
+       { (( (pmd - PC_PMD[$1]) * 100 > bytes || (PC_PMD[$1] - pmd) * 100 > bytes )) ||
+         (( (PC_RES[$1] - res) * 100 > bytes )); }; then
+        say "$1: the page cache drifted (PMD-mapped $pmd of $bytes bytes, resident $res): set again"
+        page_cache_set "$1"
+        N_PC_RESETS=$((N_PC_RESETS + 1)); reset=true
+        pmd=${PC_PMD[$1]}; res=${PC_RES[$1]}
+    fi
+    PC_JSON=$(printf '"page_cache":"%s","page_cache_pmd_share":%s,"page_cache_resident_share":%s,"page_cache_reset":%s' "$PAGE_CACHE" \
+        "$(awk -v a="$pmd" -v b="$bytes" 'BEGIN { printf "%.4f", a / b }')" "$(awk -v a="$res" -v b="$bytes" 'BEGIN { printf "%.4f", a / b }')" "$reset")
+}
 
 # plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The comparison set
 # (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the references and
@@ -450,6 +493,7 @@ run_one() {
     model=$(model_path "$m")
     E=$(model_n_expert "$m"); half=$((E / 2))
     N_RUN=$((N_RUN + 1))
+    page_cache_check "$m"
     id=$(printf '%04d-%s-%s-%s-%s-%s-r%s' "$N_RUN" "$m" "$v" "$net" "$place" "$kind" "$rep")
     host_core=${place#h}; wcore=$((1 - host_core))
     [ "$net" != lo ] && ns=$NET_NS_HOST
@@ -566,7 +610,7 @@ run_one() {
     for ((i = 0; i < n_workers; i++)); do
         hwm+="${hwm:+,}${W_HWM[$i]:-0}"; mib+="${mib:+,}${W_MIB[$i]:-0}"
     done
-    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s,"engine":"%s","pair":"%s","no_repack":%s,"share":"%s","throttle_pct":%d,"throttled_periods":%d,"quota_periods":%d}\n' \
+    printf '{"id":"%s","model":"%s","variant":"%s","mode":"%s","n_workers":%d,"net":"%s","placement":"%s","host_core":%d,"worker_core":%d,"kind":"%s","rep":%d,"load":"%s","rows_share":%s,"rc":%d,"wall_ms":%d,"host_maxrss_kib":%d,"worker_hwm_kib":[%s],"worker_expert_mib":[%s],"wire_tx":%d,"wire_rx":%d,"loadavg":[%s,%s],"run":"%s","report":"%s","pinned":%s,"n_prefill":%d,"n_ubatch":%d,"n_decode":%d,"warmup":%s,"engine":"%s","pair":"%s","no_repack":%s,"share":"%s","throttle_pct":%d,"throttled_periods":%d,"quota_periods":%d,%s}\n' \
         "$id" "$m" "$v" "${mode:-none}" "$n_workers" "$net" "$place" "$host_core" "$wcore" "$kind" "$rep" "$LOAD" "$ROWS_SHARE" \
         "$rc" "$(( (t1 - t0) / 1000000 ))" "${rss:-0}" "$hwm" "$mib" \
         "$(( ${wire1% *} - ${wire0% *} ))" "$(( ${wire1#* } - ${wire0#* } ))" "$la0" "$la1" \
@@ -574,7 +618,7 @@ run_one() {
         "$N_PREFILL" "$N_UBATCH" "$N_DECODE" "$([ "$WARMUP" = 1 ] && [ "$kind" = timed ] && echo true || echo false)" \
         "$engine" "$pair" "$([ "$nr" = 1 ] && echo true || echo false)" \
         "$([ -n "$mode" ] && [ "$mode" != experts ] && [ "$n_workers" -gt 0 ] && echo "$CFG_SHARE")" \
-        "$([ "$W_THROTTLE" = 1 ] && echo "$THROTTLE_PCT" || echo 0)" "$(( ${thr1% *} - ${thr0% *} ))" "$(( ${thr1#* } - ${thr0#* } ))" \
+        "$([ "$W_THROTTLE" = 1 ] && echo "$THROTTLE_PCT" || echo 0)" "$(( ${thr1% *} - ${thr0% *} ))" "$(( ${thr1#* } - ${thr0#* } ))" "$PC_JSON" \
         > "$RUNS/$id.meta.json"
     if [ "$rc" -ne 0 ]; then
         N_FAILED=$((N_FAILED + 1))
@@ -641,7 +685,7 @@ for m in $MODELS; do
     for v in $NET_VARIANTS; do for n in $nets_here; do for p in $PLACES; do combos+=("$v $n $p"); done; done; done
 
     say "$m: warm-up (page cache, one unhooked run per core)"
-    cat "$(model_path "$m")" > /dev/null
+    if [ "$PAGE_CACHE" = asis ]; then cat "$(model_path "$m")" > /dev/null; else page_cache_set "$m"; fi
     for p in $PLACES; do run_one "$m" single lo "$p" decode 0; done
 
     # phase runs (placement h0): local and every distributed variant, per link
@@ -720,7 +764,7 @@ done
 if [ "$NET_UP" = 1 ]; then net_teardown; NET_UP=0; fi
 rm -rf "$TMPW"
 T_END=$(date +%s)
-say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed"
+say "done in $(( (T_END - T_START) / 60 )) min $(( (T_END - T_START) % 60 )) s; $N_RUN runs, $N_FAILED failed; page cache set again $N_PC_RESETS times"
 
 summary_rc=0
 BENCH_COMMIT=$TREE BENCH_NOTE="${NET_NOTE}${NET_NOTE:+; }${RPC_NOTE}${THROTTLE_NOTE:+; }${THROTTLE_NOTE}" BENCH_SECONDS=$((T_END - T_START)) node "$ROOT/tools/bench/summary.js" "$OUT" || summary_rc=$?

@@ -48,6 +48,25 @@ function run_problems(r) {
 
 const key = (...xs) => xs.join("|");
 
+/// Per model: the page-cache setting of its runs (BENCH_PAGE_CACHE) and the share of the file that was
+/// PMD-mapped (2 MiB folios) when each run started, min and max over the runs, plus how many runs
+/// found it drifted and set it again. Runs from before the driver measured it have no entry.
+function page_cache_rows(runs) {
+    const by_model = new Map();
+    for (const r of runs) {
+        if (typeof r.page_cache_pmd_share !== "number") continue;
+        if (!by_model.has(r.model)) by_model.set(r.model, []);
+        by_model.get(r.model).push(r);
+    }
+    return [...by_model].map(([model, rs]) => {
+        const shares = rs.map((r) => r.page_cache_pmd_share);
+        return { model, setting: [...new Set(rs.map((r) => r.page_cache))].join(","), runs: rs.length,
+                 pmd_share_min: Math.min(...shares), pmd_share_max: Math.max(...shares),
+                 resident_share_min: Math.min(...rs.map((r) => r.page_cache_resident_share)),
+                 set_again: rs.filter((r) => r.page_cache_reset).length };
+    });
+}
+
 /// Timed runs grouped by (model, variant, net, placement), with tok/s, ratios, RSS and logits identity.
 function timed_groups(runs) {
     const timed = runs.filter((r) => r.kind === "timed");
@@ -221,6 +240,7 @@ function main() {
         loadavg_median: median(runs.map((r) => r.loadavg[0])),
         notes: [process.env.BENCH_NOTE || "", "no netem on this kernel: emulated links are rate-limited (tbf) but add no delay"]
             .filter(Boolean),
+        page_cache: page_cache_rows(runs),
         failed_runs: failed,
         groups, phases, amdahl, floor, memory, targets,
         projection: { rows: projection_rows(groups), assumptions: ASSUMPTIONS },

@@ -151,6 +151,12 @@ function render(b) {
         `rows share of the coordinator ${s.rows_share}; ${s.pinned ? "every process pinned to one core, one engine thread" : "not pinned"}; ` +
         `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps; ` +
         `${s.warmup ? "timed runs warmed up (moezip-run --warmup: one untimed prompt, KV cache cleared); phase runs cold (first prompt of the process)" : "every run cold (first prompt of the process)"}.`,
+        ...(b.page_cache || []).map((c) =>
+            `Page cache of ${c.model}: ${c.setting === "kernel" ? "evicted and read back through a mapping before its runs (folio sizes of the kernel's readahead)"
+                                         : c.setting === "small" ? "evicted and read back in 4 KiB folios before its runs"
+                                         : "left as found"}; ` +
+            `PMD-mapped (2 MiB folios) at run start: ${fmt(100 * c.pmd_share_min, 1)}-${fmt(100 * c.pmd_share_max, 1)}% of the file, ` +
+            `resident >= ${fmt(100 * c.resident_share_min, 1)}%, over ${c.runs} runs; set again after a drift before ${c.set_again} of them.`),
         ...b.notes.map((n) => `Note: ${n}.`),
         b.failed_runs.length ? `Failed runs: ${b.failed_runs.join(", ")}` : "",
     ];
