@@ -22,6 +22,8 @@
 #   local_copy       mode "local" with experts.copy_local = true: one node computing every expert from a
 #                    copy in anonymous memory with huge pages, the memory kind experts1 computes from on both
 #                    hosts; experts1 over local_copy is what distributing gains apart from the memory kind
+#   experts1_map     experts1 from the page cache on both hosts: experts.copy_local = false, worker --mmap
+#                    (no copies: each host's memory is its share of the file's page cache)
 # Placement (docs/placement.md), experts mode with one worker:
 #   experts1_plan    the placement moezip-plan writes from the routing statistics of this model's `local`
 #                    phase runs (another prompt than the timed runs'), each host given BENCH_PLAN_SHARE of
@@ -52,7 +54,7 @@
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
 #   BENCH_SET           comparison (default): the side-by-side answer, in about 90 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
-#                       (single single_nr single_anon single_thp observe local local_copy experts1 shard1 rpc_single rpc_experts rpc_tensor, and
+#                       (single single_nr single_anon single_thp observe local local_copy experts1 experts1_map shard1 rpc_single rpc_experts rpc_tensor, and
 #                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
 #                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
 #                       a3b-L4-q4_K, repack-costs): about 2 h more.
@@ -186,7 +188,7 @@ for m in $MODELS; do
     case "$m" in a3b-L4-q8_0|a3b-L8-q8_0|a3b-L4-q4_K|stories-moe8) ;; *) die "unknown model '$m' in BENCH_MODELS";; esac
 done
 for v in ${BENCH_VARIANTS:-} $NET_VARIANTS; do
-    case "$v" in single|single_nr|single_anon|single_thp|observe|local|local_copy|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
+    case "$v" in single|single_nr|single_anon|single_thp|observe|local|local_copy|rows1|experts1|experts1_map|experts2|shard1|experts1_curve|experts1_verify|rpc_single|rpc_experts|rpc_tensor|\
                  experts1_plan|experts1_repl|rows1_slow|rows1_auto_slow|shard1_slow|shard1_auto_slow) ;;
         *) die "unknown variant '$v'";; esac
 done
@@ -319,13 +321,13 @@ plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     if [ "$SET" = comparison ]; then
         case "$1" in
-            a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
+            a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy experts1 experts1_map shard1 rpc_single rpc_experts rpc_tensor" ;;
             *) echo "single observe local experts1 shard1 rpc_single rpc_experts" ;;
         esac
         return
     fi
     case "$1" in
-        a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy rows1 experts1 experts2 shard1 rpc_single rpc_experts rpc_tensor" \
+        a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy rows1 experts1 experts1_map experts2 shard1 rpc_single rpc_experts rpc_tensor" \
                           "experts1_plan experts1_repl rows1_slow rows1_auto_slow shard1_slow shard1_auto_slow" ;;
         a3b-L8-q8_0) echo "single experts1 rpc_single rpc_experts" ;;
         a3b-L4-q4_K) echo "single single_nr rows1 experts1" ;;
@@ -380,7 +382,7 @@ start_worker() {
     [ "$PIN" = 1 ] && pre+=(taskset -c "$core")
     # joins the group by its pid, then becomes the worker (exec keeps the pid)
     [ "$W_THROTTLE" = 1 ] && pre+=(bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$THROTTLE_CG")
-    [ "$LOAD" = mmap ] && args+=(--mmap)
+    { [ "$LOAD" = mmap ] || [ "$W_MMAP" = 1 ]; } && args+=(--mmap)
     [ -n "$experts" ] && args+=(--experts "$experts")
     if [ "$W_CURVE" = 1 ]; then args+=(--key "$KEYS/worker/moezip.key" --allow "$KEYS/coordinator/moezip.pub")
     elif [ -n "$ns" ]; then args+=(--insecure); fi
@@ -467,6 +469,7 @@ write_config() {
             rows|shard) echo "[$mode]"
                         if [ "$CFG_SHARE" = auto ]; then echo 'local_share = "auto"'; else echo "local_share = $CFG_SHARE"; fi ;;
             experts) echo "[experts]"; echo "local = \"$local_experts\""
+                     if [ "$CFG_COPY_LOCAL" = off ]; then echo "copy_local = false"; fi
                      if [ "$CFG_REPLICAS" = 1 ]; then echo "replicas = true"; fi ;;
             local) if [ "$CFG_COPY_LOCAL" = 1 ]; then echo "[experts]"; echo "copy_local = true"; fi ;;
         esac
@@ -500,7 +503,7 @@ run_one() {
     case "$v" in
         observe) mode=observe ;; local|local_copy) mode=local ;;
         rows1|rows1_slow|rows1_auto_slow) mode=rows; n_workers=1 ;;
-        experts1|experts1_curve|experts1_verify) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
+        experts1|experts1_curve|experts1_verify|experts1_map) mode=experts; n_workers=1; local_ex="0-$((half - 1))" ;;
         experts1_plan) mode=experts; n_workers=1; local_ex=${PLAN_LOCAL[$m]} ;;
         experts1_repl) mode=experts; n_workers=1; local_ex="0-$((E - 1))" ;;
         experts2) mode=experts; n_workers=2 ;;
@@ -513,12 +516,13 @@ run_one() {
     CFG_NO_REPACK=$nr
     CFG_TRACE=""
     [ "$kind" = decode ] && [ -n "$mode" ] && CFG_TRACE="$RUNS/$id.trace.json"
-    W_CURVE=0; CFG_VERIFY=0; W_THROTTLE=0; CFG_SHARE=$ROWS_SHARE; CFG_REPLICAS=0; CFG_COPY_LOCAL=0
+    W_CURVE=0; CFG_VERIFY=0; W_THROTTLE=0; CFG_SHARE=$ROWS_SHARE; CFG_REPLICAS=0; CFG_COPY_LOCAL=0; W_MMAP=0
     case "$v" in
         *_slow) W_THROTTLE=1 ;;&
         *_auto_slow) CFG_SHARE=auto ;;
         experts1_repl) CFG_REPLICAS=1 ;;
         local_copy) CFG_COPY_LOCAL=1 ;;
+        experts1_map) CFG_COPY_LOCAL=off; W_MMAP=1 ;;
         experts1_plan) CFG_REPLICAS=${PLAN_REPLICAS[$m]} ;;
     esac
     if [ "$v" = experts1_curve ]; then W_CURVE=1; fi
@@ -529,7 +533,7 @@ run_one() {
     case "$v" in
         rows1|shard1|rows1_slow|shard1_slow) wex=(""); wshare=("$(awk -v s="$ROWS_SHARE" 'BEGIN{printf "%.6f", 1 - s}')") ;;
         rows1_auto_slow|shard1_auto_slow) wex=(""); wshare=('"auto"') ;;
-        experts1|experts1_curve|experts1_verify) wex=("$half-$((E - 1))") ;;
+        experts1|experts1_curve|experts1_verify|experts1_map) wex=("$half-$((E - 1))") ;;
         experts1_plan) wex=("${PLAN_WORKER[$m]}") ;;
         experts1_repl) wex=("0-$((E - 1))") ;;
         experts2) wex=("0-$((half - 1))" "$half-$((E - 1))") ;;
@@ -691,7 +695,7 @@ for m in $MODELS; do
     # phase runs (placement h0): local and every distributed variant, per link
     phase=()
     for v in local $variants; do
-        case "$v" in local|local_copy|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|experts1_repl) phase+=("$v lo");; esac
+        case "$v" in local|local_copy|rows1|experts1|experts2|shard1|experts1_curve|experts1_verify|experts1_repl|experts1_map) phase+=("$v lo");; esac
     done
     for v in $NET_VARIANTS; do case "$v" in rpc_*) ;; *) for n in $nets_here; do phase+=("$v $n"); done;; esac; done
     seen=" "

@@ -2,11 +2,11 @@
 "use strict";
 const { fmt } = require("./stats.js");
 
-const VARIANTS = ["single", "single_nr", "single_anon", "single_thp", "observe", "local", "local_copy", "rows1", "experts1", "experts1_curve", "experts1_verify", "experts2", "shard1",
+const VARIANTS = ["single", "single_nr", "single_anon", "single_thp", "observe", "local", "local_copy", "rows1", "experts1", "experts1_map", "experts1_curve", "experts1_verify", "experts2", "shard1",
                   "rpc_single", "rpc_experts", "rpc_tensor"];
 /// How a variant is shown: the references say which one they are.
 const LABEL = { single: "single (engine default: repack on)", single_nr: "single --no-repack", single_anon: "single --no-mmap", single_thp: "single --no-mmap, malloc with huge pages (glibc.malloc.hugetlb=1)",
-                local_copy: "local_copy (one node from the huge-page copy)", rpc_single: "rpc_single (llama-bench, one node)",
+                local_copy: "local_copy (one node from the huge-page copy)", experts1_map: "experts1_map (both hosts from the page cache, no copies)", rpc_single: "rpc_single (llama-bench, one node)",
                 rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
 const label = (g) => LABEL[g.variant] || g.variant;
 /// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.

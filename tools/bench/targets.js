@@ -8,6 +8,7 @@
 //   rows1 decode           1 (one row per region is below rows.min_rows: computed locally)
 //   experts1               1 / ((1 - p) + p / 2) (the experts split in halves between two cores)
 //   experts1_curve         the same (CURVE costs transfer time, not compute)
+//   experts1_map           the same (both hosts compute from the page cache instead of copies)
 //   experts1_verify        1 (not computed: one worker result in N is computed here as well)
 //   experts2               1 (both workers share one core while the coordinator's core waits)
 //   shard1                 1 / ((1 - p) + p * max(s, 1 - s)) in prefill and decode: every expert's n_ff split by s
@@ -44,7 +45,7 @@ function amdahl_bound(variant, phase, p, s, r = 1) {
     }
     if (variant === "experts1_plan" || variant === "experts1_repl") return 1 / (1 - p + p / 2);
     if (variant === "rows1" && phase === "prefill") return 1 / (1 - p + p * Math.max(s, 1 - s));
-    if (variant === "experts1" || variant === "experts1_curve") return 1 / (1 - p + p / 2);
+    if (variant === "experts1" || variant === "experts1_curve" || variant === "experts1_map") return 1 / (1 - p + p / 2);
     if (variant === "shard1") return 1 / (1 - p + p * Math.max(s, 1 - s));
     return 1;
 }
