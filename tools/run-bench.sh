@@ -53,7 +53,7 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
-#   BENCH_SET           comparison (default): the side-by-side answer, in about 90 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
+#   BENCH_SET           comparison (default): the side-by-side answer, in about 100 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
 #                       (single single_nr single_anon single_thp observe local local_copy experts1 experts1_map shard1 rpc_single rpc_experts rpc_tensor, and
 #                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
 #                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
@@ -72,8 +72,10 @@
 #                       mmap: the workers map the file too (--mmap). anon: everything in anonymous memory
 #                       (engines --no-mmap / -lm none). First touches cost ~8 s per GiB on this VM.
 #   BENCH_PAGE_CACHE    kernel (default): before a model's runs its file is evicted from the page cache and read
-#                       back through a mapping, so the folio sizes are those the kernel's readahead chooses (2 MiB,
-#                       PMD-mapped, on ext4 since Linux 6.16), as an engine's first load after a reboot gets them.
+#                       back through a mapping, so the folio sizes are those the kernel's readahead chooses, as an
+#                       unhooked engine's first load after a reboot gets them (2 MiB and PMD-mapped here: ext4 on
+#                       Linux 6.18, read_ahead_kb 8192; with the common 128 they stop at 128 KiB).
+#                       huge: the same pass advised MADV_HUGEPAGE (2 MiB folios whatever read_ahead_kb is).
 #                       small: read back in 4 KiB folios, as on kernels without large folios for the filesystem
 #                       (Debian 12's 6.1 with ext4). asis: left as found. Measured before every run (meta
 #                       page_cache_pmd_share) and set again when it drifted (tools/moezip-pagecache). A mapped
@@ -151,7 +153,6 @@ N_PREFILL=${BENCH_PREFILL:-512}
 N_UBATCH=${BENCH_UBATCH:-512}
 N_DECODE=${BENCH_DECODE:-64}
 PAGE_CACHE=${BENCH_PAGE_CACHE:-kernel}
-case "$PAGE_CACHE" in kernel|small|asis) ;; *) echo "bench: error: BENCH_PAGE_CACHE must be kernel, small or asis, got '$PAGE_CACHE'" >&2; exit 1 ;; esac
 RUN_TIMEOUT=900     # seconds per host run
 WORKER_WAIT=120     # seconds for a worker's ready line
 
@@ -165,6 +166,7 @@ source "$ROOT/tools/bench/throttle.sh"
 # ---- checks ----
 case "$LOAD" in defaults|mmap|anon) ;; *) die "BENCH_LOAD must be defaults, mmap or anon, got '$LOAD'";; esac
 case "$NO_REPACK" in auto|0|1) ;; *) die "BENCH_NO_REPACK must be auto, 0 or 1, got '$NO_REPACK'";; esac
+case "$PAGE_CACHE" in kernel|huge|small|asis) ;; *) die "BENCH_PAGE_CACHE must be kernel, huge, small or asis, got '$PAGE_CACHE'";; esac
 [[ "$TRACE_MAX" =~ ^[1-9][0-9]*$ ]] || die "BENCH_TRACE_MAX must be a positive integer, got '$TRACE_MAX'"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
 [[ "$RESOLVE_MIN" =~ ^(0|[1-9][0-9]*)$ ]] || die "BENCH_RESOLVE_MIN must be a whole number of minutes, got '$RESOLVE_MIN'"
@@ -283,7 +285,12 @@ model_n_expert() { case "$1" in stories-moe8) echo 8 ;; *) echo 128 ;; esac; }
 # the run's meta. asis: measured and recorded only.
 declare -A PC_PMD=() PC_RES=()
 N_PC_RESETS=0
-pc_field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<< "$2"; }
+pc_field() {  # key json: the key's whole-number value, or the bench stops
+    local v
+    v=$(sed -n "s/.*\"$1\":\(-\{0,1\}[0-9][0-9]*\).*/\1/p" <<< "$2")
+    [ -n "$v" ] || die "moezip-pagecache printed no $1: $2"
+    echo "$v"
+}
 page_cache_set() {  # model name
     local p s
     p=$(model_path "$1")
@@ -304,13 +311,14 @@ page_cache_check() {  # model name -> PC_JSON
         N_PC_RESETS=$((N_PC_RESETS + 1)); reset=true
         pmd=${PC_PMD[$1]}; res=${PC_RES[$1]}
     fi
-    PC_JSON=$(printf '"page_cache":"%s","page_cache_pmd_share":%s,"page_cache_resident_share":%s,"page_cache_reset":%s' "$PAGE_CACHE" \
+    [ "$bytes" -gt 0 ] || die "$p is empty"
+    PC_JSON=$(printf '"page_cache":"%s","read_ahead_kb":%s,"page_cache_pmd_share":%s,"page_cache_resident_share":%s,"page_cache_reset":%s' "$PAGE_CACHE" "$(pc_field read_ahead_kb "$s")" \
         "$(awk -v a="$pmd" -v b="$bytes" 'BEGIN { printf "%.4f", a / b }')" "$(awk -v a="$res" -v b="$bytes" 'BEGIN { printf "%.4f", a / b }')" "$reset")
 }
 
 # plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The comparison set
 # (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the references and
-# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about 90 minutes with pairs on
+# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about 100 minutes with pairs on
 # both placements. The full set adds every study: the placement and throttled-worker variants (issue 14)
 # on the 4-layer q8_0 model and, on the others, the variants that answer their question (8 layers: twice
 # the round trips per token; q4_K: another weight type). `local` always gets phase runs (the MoE share
@@ -342,6 +350,7 @@ runnable() {
         case "$v" in
             rpc_*) [ -n "$LLAMA_BIN" ] && out+="$v " ;;
             *_slow) [ -z "$THROTTLE_NOTE" ] && out+="$v " ;;
+            experts1_map) [ "$LOAD" != anon ] && out+="$v " ;;   # with --no-mmap nothing is read from the page cache
             *) out+="$v " ;;
         esac
     done
@@ -371,11 +380,13 @@ W_MIB=()
 # (not loopback) is plain with --insecure (the namespaces are the bench's own).
 W_CURVE=0
 W_THROTTLE=0
+W_MMAP=0       # 1: the worker maps the file (--mmap) whatever BENCH_LOAD says (experts1_map)
 CFG_VERIFY=0   # write_config: dispatch.verify_every
 CFG_NO_REPACK=1  # write_config: no_repack = true
 CFG_TRACE=""   # write_config: trace path ("" = none)
 CFG_SHARE=$ROWS_SHARE   # write_config: rows/shard local_share (a number, or auto)
 CFG_REPLICAS=0          # write_config: experts.replicas = true
+CFG_COPY_LOCAL=""       # write_config: experts.copy_local = true/false ("" = the mode's default)
 start_worker() {
     local i=$1 core=$2 ns=$3 bind=$4 model=$5 experts=$6 pre=() args=() pid
     [ -n "$ns" ] && pre+=(ip netns exec "$ns")
@@ -469,9 +480,9 @@ write_config() {
             rows|shard) echo "[$mode]"
                         if [ "$CFG_SHARE" = auto ]; then echo 'local_share = "auto"'; else echo "local_share = $CFG_SHARE"; fi ;;
             experts) echo "[experts]"; echo "local = \"$local_experts\""
-                     if [ "$CFG_COPY_LOCAL" = off ]; then echo "copy_local = false"; fi
+                     if [ -n "$CFG_COPY_LOCAL" ]; then echo "copy_local = $CFG_COPY_LOCAL"; fi
                      if [ "$CFG_REPLICAS" = 1 ]; then echo "replicas = true"; fi ;;
-            local) if [ "$CFG_COPY_LOCAL" = 1 ]; then echo "[experts]"; echo "copy_local = true"; fi ;;
+            local) if [ -n "$CFG_COPY_LOCAL" ]; then echo "[experts]"; echo "copy_local = $CFG_COPY_LOCAL"; fi ;;
         esac
         while IFS='|' read -r ep share ex; do
             echo "[[worker]]"
@@ -516,13 +527,14 @@ run_one() {
     CFG_NO_REPACK=$nr
     CFG_TRACE=""
     [ "$kind" = decode ] && [ -n "$mode" ] && CFG_TRACE="$RUNS/$id.trace.json"
-    W_CURVE=0; CFG_VERIFY=0; W_THROTTLE=0; CFG_SHARE=$ROWS_SHARE; CFG_REPLICAS=0; CFG_COPY_LOCAL=0; W_MMAP=0
+    # CFG_COPY_LOCAL: "" leaves experts.copy_local at the mode's default, else true/false; W_MMAP: worker --mmap
+    W_CURVE=0; CFG_VERIFY=0; W_THROTTLE=0; CFG_SHARE=$ROWS_SHARE; CFG_REPLICAS=0; CFG_COPY_LOCAL=""; W_MMAP=0
     case "$v" in
         *_slow) W_THROTTLE=1 ;;&
         *_auto_slow) CFG_SHARE=auto ;;
         experts1_repl) CFG_REPLICAS=1 ;;
-        local_copy) CFG_COPY_LOCAL=1 ;;
-        experts1_map) CFG_COPY_LOCAL=off; W_MMAP=1 ;;
+        local_copy) CFG_COPY_LOCAL=true ;;
+        experts1_map) CFG_COPY_LOCAL=false; W_MMAP=1 ;;
         experts1_plan) CFG_REPLICAS=${PLAN_REPLICAS[$m]} ;;
     esac
     if [ "$v" = experts1_curve ]; then W_CURVE=1; fi

@@ -149,6 +149,12 @@ void config_check_cross(const Config & cfg, std::vector<ConfigIssue> & issues) {
     if (cfg.mode == ConfigMode::rows) check_shares(cfg, "rows", cfg.rows.local_share, cfg.rows.auto_share, issues);
     if (cfg.mode == ConfigMode::shard) check_shares(cfg, "shard", cfg.shard.local_share, cfg.shard.auto_share, issues);
     if (cfg.mode == ConfigMode::experts) check_experts(cfg, issues);
+    // the copy is made by the handlers that compute experts here from the mapping (experts, local); set
+    // in another mode it would promise huge pages that nothing makes
+    if (cfg.lines.count("experts.copy_local") && cfg.mode != ConfigMode::experts && cfg.mode != ConfigMode::local)
+        issues.push_back({config_line_of(cfg, "experts.copy_local"),
+                          std::string("experts.copy_local: only used in modes \"experts\" and \"local\", got mode = \"") +
+                          config_mode_name(cfg.mode) + "\""});
 }
 
 Status config_check_expert_coverage(const Config & cfg, int n_expert) {

@@ -2,8 +2,7 @@
 
 #include "coordinator/base/log.h"
 #include "coordinator/base/test_fault.h"
-
-#include <sys/vfs.h>
+#include "coordinator/memory/page_cache.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,17 +12,6 @@
 namespace moezip {
 
 namespace {
-
-// Why pages of `file` stay in memory when dropped from this process ("" when they leave): tmpfs and
-// ramfs hold a file's pages in memory, so a copy would hold them twice (statfs(2) magic numbers).
-std::string pages_stay_resident(const std::string & file) {
-    struct statfs fs;
-    if (statfs(file.c_str(), &fs) != 0) return "";
-    if (fs.f_type == 0x01021994) return file + " is on tmpfs";
-    if (fs.f_type == (decltype(fs.f_type)) 0x858458f6) return file + " is on ramfs";
-    if (fs.f_type == (decltype(fs.f_type)) 0x958458f6) return file + " is on hugetlbfs";
-    return "";
-}
 
 constexpr int64_t kMemoryMargin = 512ll << 20;  // left to everything else when a layer's copy is made
 
@@ -107,7 +95,7 @@ bool OwnExpertCopies::make(Copy & c, const ExpertWeights & orig, const std::vect
             why = st.message().find("anonymous memory") != std::string::npos
                       ? "the expert weights are in anonymous memory already (the engine ran with --no-mmap?)"
                       : "the mapped expert weights could not be given back after a copy: " + st.message();
-        } else if (!(stays = pages_stay_resident(file)).empty()) {
+        } else if (!(stays = file_held_in_memory(file)).empty()) {
             why = stays + ": its pages stay in memory when dropped, so a copy would hold them twice";
         } else if (proc_status_kib("VmLck") > 0) {
             why = "memory is locked (--mlock?): the mapped pages could not be dropped, a copy would hold them twice";

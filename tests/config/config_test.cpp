@@ -351,3 +351,18 @@ TEST(ConfigFile, CopyLocalDefaultsOnInExpertsModeAndOffInLocalMode) {
                                    "endpoint = \"tcp://127.0.0.1:5601\"\nexperts = \"4-7\"\n", "t.toml", cfg));
     EXPECT_FALSE(cfg.experts.copy_local);
 }
+
+// Found by a breaker (7th session): copy_local under observe, rows or shard was ignored without a word,
+// so a user who asked for huge pages got the mapping.
+TEST(ConfigFile, CopyLocalInAModeThatMakesNoCopyNamesTheKeyAndTheMode) {
+    for (const char * mode : {"observe", "rows", "shard"}) {
+        Config cfg;
+        Status st = config_load_string(std::string("mode = \"") + mode + "\"\n[experts]\ncopy_local = true\n", "t.toml", cfg);
+        ASSERT_FALSE(st.is_ok()) << mode;
+        EXPECT_NE(st.message().find("t.toml:3: experts.copy_local: only used in modes \"experts\" and \"local\", got mode = \"" +
+                                    std::string(mode) + "\""), std::string::npos) << st.message();
+    }
+    // not set: nothing to say in any mode
+    Config cfg;
+    EXPECT_TRUE(config_load_string("mode = \"observe\"\n[experts]\nlocal = \"0-3\"\n", "t.toml", cfg));
+}

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sstream>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,6 +209,19 @@ std::string stories_model() {
         return "";
     }
     return path;
+}
+
+std::string no_large_folios_here(const std::string & path) {
+    if (read_file("/sys/kernel/mm/transparent_hugepage/enabled").find("[never]") != std::string::npos)
+        return "transparent huge pages are \"never\"";
+    struct utsname u;
+    int major = 0, minor = 0;
+    if (uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 && (major < 6 || (major == 6 && minor < 16))) {
+        CommandResult r = run_command({"stat", "-f", "-c", "%T", path});
+        if (r.out.find("ext2/ext3") != std::string::npos || r.out.find("ext4") != std::string::npos)
+            return std::string("ext4 on Linux ") + u.release + " has no large folios (6.16 and later)";
+    }
+    return "";
 }
 
 std::string sha256_file(const std::string & path) {

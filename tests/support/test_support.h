@@ -80,6 +80,11 @@ std::string stories_model();
 /// made once into <build>/fixtures/.
 std::string upcycled_stories(int n_expert, int n_used, const std::string & experts = "split");
 
+/// Why this kernel cannot give `path` 2 MiB page-cache folios, "" when it should: transparent huge
+/// pages "never", or ext4 before large folios (Linux 6.16). Tests of PMD-mapped file pages note it
+/// and leave that check out.
+std::string no_large_folios_here(const std::string & path);
+
 /// sha256 of a file as lowercase hex ("" if unreadable).
 std::string sha256_file(const std::string & path);
 

@@ -173,3 +173,46 @@ TEST(BenchSummary, ThePrefillStepLeavesTheFirstCallsCopyOut) {
     EXPECT_NEAR(rec["step_ms"].get<double>(), 200.0, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
 }
+
+// The driver measures the model's page cache before every run (tools/run-bench.sh, page_cache_check):
+// bench.json and the table header must give the setting, the range of the PMD-mapped share, the
+// smallest resident share, the runs that found it drifted and the disk's readahead window.
+TEST(BenchSummary, ThePageCacheStateOfTheRunsIsInTheHeader) {
+    const std::string dir = test_dir("bench_summary_page_cache"), runs = dir + "/runs";
+    ASSERT_EQ(run_command({"mkdir", "-p", runs}).exit_code, 0);
+    const double pmd[4] = {0.968, 0.951, 0.968, 0.968};
+    for (int p = 0; p < 2; ++p) {
+        const std::string pair = "r" + std::to_string(p + 1) + "-1";
+        write_run(runs, 2 * p + 1, {"rpc_single", "h0", p + 1, pair, 100, 20});
+        write_run(runs, 2 * p + 2, {"rpc_experts", "h0", p + 1, pair, 80, 25});
+    }
+    int i = 0;
+    for (const char * id : {"0001-m-rpc_single-lo-h0-timed-r1", "0002-m-rpc_experts-lo-h0-timed-r1",
+                                   "0003-m-rpc_single-lo-h0-timed-r2", "0004-m-rpc_experts-lo-h0-timed-r2"}) {
+        const std::string f = runs + "/" + std::string(id) + ".meta.json";
+        json meta = load_json(f);
+        ASSERT_FALSE(meta.is_null()) << f;
+        meta["page_cache"] = "kernel";
+        meta["read_ahead_kb"] = 8192;
+        meta["page_cache_pmd_share"] = pmd[i];
+        meta["page_cache_resident_share"] = i == 1 ? 0.5 : 1.0;
+        meta["page_cache_reset"] = i == 1;
+        std::ofstream(f) << meta.dump();
+        ++i;
+    }
+    CommandResult r = run_command({"node", repo_root() + "/tools/bench/summary.js", dir}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const json pc = load_json(dir + "/bench.json")["page_cache"];
+    ASSERT_EQ(pc.size(), 1u) << pc.dump();
+    EXPECT_EQ(pc[0]["model"], "a3b-L4-q8_0");
+    EXPECT_EQ(pc[0]["setting"], "kernel");
+    EXPECT_EQ(pc[0]["runs"], 4);
+    EXPECT_DOUBLE_EQ(pc[0]["pmd_share_min"].get<double>(), 0.951);
+    EXPECT_DOUBLE_EQ(pc[0]["pmd_share_max"].get<double>(), 0.968);
+    EXPECT_DOUBLE_EQ(pc[0]["resident_share_min"].get<double>(), 0.5);
+    EXPECT_EQ(pc[0]["set_again"], 1);
+    EXPECT_EQ(pc[0]["read_ahead_kb"], 8192);
+    EXPECT_NE(r.out.find("Page cache of a3b-L4-q8_0: evicted and read back through a mapping before its runs"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("95.1-96.8% of the file"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("set again after a drift before 1 of them; the disk's read_ahead_kb 8192."), std::string::npos) << r.out;
+}

@@ -60,7 +60,9 @@ function page_cache_rows(runs) {
     }
     return [...by_model].map(([model, rs]) => {
         const shares = rs.map((r) => r.page_cache_pmd_share);
+        const ra = [...new Set(rs.map((r) => r.read_ahead_kb).filter((x) => typeof x === "number"))];
         return { model, setting: [...new Set(rs.map((r) => r.page_cache))].join(","), runs: rs.length,
+                 read_ahead_kb: ra.length === 1 ? ra[0] : null,
                  pmd_share_min: Math.min(...shares), pmd_share_max: Math.max(...shares),
                  resident_share_min: Math.min(...rs.map((r) => r.page_cache_resident_share)),
                  set_again: rs.filter((r) => r.page_cache_reset).length };
@@ -158,8 +160,9 @@ function timed_groups(runs) {
     // placement): what distributing gains apart from the memory kind. Both sides read huge pages, whose
     // speed drifts far less on this VM than the mapped single's, so this ratio of medians (runs of the
     // two interleaved over the repetitions) resolves where the paired ratios over `single` cannot
+    // (experts1_map computes from the page cache, as `single` does: its paired ratio is that comparison)
     for (const g of out) {
-        if (!g.variant.startsWith("experts1")) continue;
+        if (!g.variant.startsWith("experts1") || g.variant === "experts1_map") continue;
         const lc = groups.get(key(g.model, "local_copy", "lo", g.placement));
         if (!lc) continue;
         const rs = groups.get(key(g.model, g.variant, g.net, g.placement));

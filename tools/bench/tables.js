@@ -9,6 +9,13 @@ const LABEL = { single: "single (engine default: repack on)", single_nr: "single
                 local_copy: "local_copy (one node from the huge-page copy)", experts1_map: "experts1_map (both hosts from the page cache, no copies)", rpc_single: "rpc_single (llama-bench, one node)",
                 rpc_experts: "rpc_experts (llama.cpp RPC: experts on the server)", rpc_tensor: "rpc_tensor (llama.cpp -sm tensor over RPC)" };
 const label = (g) => LABEL[g.variant] || g.variant;
+/// BENCH_PAGE_CACHE, as the table header says it.
+const PAGE_CACHE_SETTING = {
+    kernel: "evicted and read back through a mapping before its runs (the folio sizes of the kernel's readahead)",
+    huge: "evicted and read back through a mapping advised MADV_HUGEPAGE before its runs (2 MiB folios)",
+    small: "evicted and read back in 4 KiB folios before its runs",
+    asis: "left as found",
+};
 /// A paired ratio with its bootstrap 95% interval: "1.23x [1.19, 1.28]"; "-" without pairs.
 const ci = (c) => (!c ? "-" : c.lo === null ? `${fmt(c.point, 2)}x (no interval: ${c.n} ${c.n === 1 ? "pair" : "pairs"})` : `${fmt(c.point, 2)}x [${fmt(c.lo, 2)}, ${fmt(c.hi, 2)}]`);
 const NETS = ["lo", "1g", "10g"];
@@ -152,11 +159,10 @@ function render(b) {
         `prefill ${s.prefill} tokens in one ubatch, decode ${s.decode} steps; ` +
         `${s.warmup ? "timed runs warmed up (moezip-run --warmup: one untimed prompt, KV cache cleared); phase runs cold (first prompt of the process)" : "every run cold (first prompt of the process)"}.`,
         ...(b.page_cache || []).map((c) =>
-            `Page cache of ${c.model}: ${c.setting === "kernel" ? "evicted and read back through a mapping before its runs (folio sizes of the kernel's readahead)"
-                                         : c.setting === "small" ? "evicted and read back in 4 KiB folios before its runs"
-                                         : "left as found"}; ` +
+            `Page cache of ${c.model}: ${PAGE_CACHE_SETTING[c.setting] || `mixed settings (${c.setting})`}; ` +
             `PMD-mapped (2 MiB folios) at run start: ${fmt(100 * c.pmd_share_min, 1)}-${fmt(100 * c.pmd_share_max, 1)}% of the file, ` +
-            `resident >= ${fmt(100 * c.resident_share_min, 1)}%, over ${c.runs} runs; set again after a drift before ${c.set_again} of them.`),
+            `resident >= ${fmt(100 * c.resident_share_min, 1)}%, over ${c.runs} runs; set again after a drift before ${c.set_again} of them` +
+            (c.read_ahead_kb !== null && c.read_ahead_kb !== undefined ? `; the disk's read_ahead_kb ${c.read_ahead_kb}.` : ".")),
         ...b.notes.map((n) => `Note: ${n}.`),
         b.failed_runs.length ? `Failed runs: ${b.failed_runs.join(", ")}` : "",
     ];

@@ -63,7 +63,8 @@ function amdahl_rows(groups, phases) {
             const lc = groups.find((x) => x.model === g.model && x.variant === "local_copy" && x.net === "lo" && x.placement === g.placement);
             const pc = moe_share(phases, g.model, ph, "local_copy");
             const lc_speed = lc && lc[ph].ci95 ? lc[ph].ci95.point : null;
-            const bound_copy = g.variant.startsWith("experts1") && g.variant !== "experts1_verify" && lc_speed !== null && pc !== null
+            const bound_copy = g.variant.startsWith("experts1") && g.variant !== "experts1_verify" && g.variant !== "experts1_map" &&
+                               lc_speed !== null && pc !== null
                 ? lc_speed * amdahl_bound(g.variant, ph, pc, g.rows_share) : null;
             // of it: the variant over local_copy (summary.js: a ratio of medians, both sets resampled)
             const over_copy = bound_copy ? g[ph].vs_local_copy || null : null;

@@ -1,9 +1,10 @@
 // moezip-pagecache: measure or set the page-cache state of model files (coordinator/memory/page_cache.h).
-//   moezip-pagecache state FILE...              one JSON line per file: bytes, resident, PMD-mapped
-//   moezip-pagecache set --fill kernel FILE...  evict, read back, then print the state as `state` does
+//   moezip-pagecache state FILE...                   one JSON line per file: bytes, resident, PMD-mapped
+//   moezip-pagecache set --fill kernel|huge|small FILE...  evict, read back, print the state as `state` does
 //   moezip-pagecache evict FILE...
-// Exit 0, or 1 with "moezip-pagecache: error: <file>: <reason>" on stderr. docs/performance.md
-// ("The page cache decides the mapped single") says why a benchmark sets this before it times a run.
+// Exit 0; 1 with "moezip-pagecache: error: <file>: <reason>" on stderr; CLI11's own codes (>= 100)
+// for bad flags. docs/performance.md ("The page cache decides the mapped single") says why a
+// benchmark sets this before it times a run, and what a user gains from `set --fill huge`.
 #include "coordinator/memory/page_cache.h"
 
 #include <CLI/CLI.hpp>
@@ -32,7 +33,8 @@ int print_state(const std::string & path) {
     nlohmann::json j = {{"file", path},
                         {"file_bytes", s.file_bytes},
                         {"resident_bytes", s.resident_bytes},
-                        {"pmd_mapped_bytes", s.pmd_mapped_bytes}};
+                        {"pmd_mapped_bytes", s.pmd_mapped_bytes},
+                        {"read_ahead_kb", s.read_ahead_kb}};
     printf("%s\n", j.dump().c_str());
     return 0;
 }
@@ -44,7 +46,8 @@ int main(int argc, char ** argv) {
     app.require_subcommand(1);
     std::vector<std::string> files;
     PageCacheFill fill = PageCacheFill::kernel;
-    const std::map<std::string, PageCacheFill> fills = {{"kernel", PageCacheFill::kernel}, {"small", PageCacheFill::small}};
+    const std::map<std::string, PageCacheFill> fills = {
+        {"kernel", PageCacheFill::kernel}, {"huge", PageCacheFill::huge}, {"small", PageCacheFill::small}};
 
     CLI::App * state = app.add_subcommand("state", "print each file's page-cache state as one JSON line");
     state->add_option("files", files, "files")->required()->check(CLI::ExistingFile);
@@ -52,7 +55,8 @@ int main(int argc, char ** argv) {
     evict->add_option("files", files, "files")->required()->check(CLI::ExistingFile);
     CLI::App * set = app.add_subcommand("set", "evict each file, read it back, print its state");
     set->add_option("--fill", fill, "kernel: one pass through a mapping (the kernel's readahead chooses "
-                                    "the folio sizes); small: 4 KiB reads, 4 KiB folios")
+                                    "the folio sizes); huge: the same, advised MADV_HUGEPAGE (2 MiB folios where "
+                                    "the filesystem has large folios); small: reads without readahead, 4 KiB folios")
         ->transform(CLI::CheckedTransformer(fills, CLI::ignore_case))
         ->required();
     set->add_option("files", files, "files")->required()->check(CLI::ExistingFile);

@@ -166,6 +166,9 @@ Status WorkerModel::place_mmap() {
         void * base = mmap(nullptr, p.size, PROT_READ, MAP_SHARED, p.fd, 0);
         if (base == MAP_FAILED) return Status::io_error("model " + p.path + ": mmap failed: " + strerror(errno));
         maps_.emplace_back(base, p.size);
+        // where the file is not cached yet, faults then read 2 MiB folios ahead, mapped by one PMD
+        // entry each (coordinator/memory/page_cache.h); a hint, fails harmlessly without THP
+        madvise(base, p.size, MADV_HUGEPAGE);
         bases.push_back(static_cast<uint8_t *>(base));
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
@@ -176,10 +179,13 @@ Status WorkerModel::place_mmap() {
             uint8_t * base = bases[(size_t) loc(t).part];
             const uint64_t off = loc(t).offset;
             t->data = base + off;
-            for (const ExpertRange & r : served_) {  // ask the kernel to read the served slices ahead
+            for (const ExpertRange & r : served_) {  // read the served slices in now
                 uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
                 a -= a % page;
-                madvise(base + a, b - a, MADV_WILLNEED);
+                // by faults, so readahead builds the folios the advice above asks for; MADV_WILLNEED
+                // would read them at the minimum folio order (4 KiB: mm/readahead.c, force_page_cache_ra).
+                // Before Linux 5.14 (no MADV_POPULATE_READ) the pages come in at first use.
+                madvise(base + a, b - a, MADV_POPULATE_READ);
             }
         }
     }
