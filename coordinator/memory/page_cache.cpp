@@ -60,7 +60,8 @@ public:
     }
     Status open_file(const std::string & path) {
         path_ = path;
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        // O_NONBLOCK: opening a FIFO for reading would wait for a writer; regular files ignore it
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd_ < 0) return fail(path, "open", errno);
         if (fstat(fd_, &st_) != 0) return fail(path, "fstat", errno);
         if (!S_ISREG(st_.st_mode)) return Status::invalid_argument(path + ": not a regular file");

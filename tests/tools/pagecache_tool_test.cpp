@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,6 +122,12 @@ TEST(PageCache, AMissingFileAndAFileInMemoryAreErrorsNamingWhy) {
     Status st = moezip::page_cache_state("/nonexistent/model.gguf", s);
     ASSERT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("/nonexistent/model.gguf: open failed"), std::string::npos) << st.message();
+
+    // a FIFO is refused at once (opening it for reading would wait for a writer: found by hand)
+    const std::string fifo = moezip_test::test_dir("pagecache_fifo") + "/fifo";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    st = moezip::page_cache_state(fifo, s);
+    EXPECT_EQ(st.message(), fifo + ": not a regular file") << st.to_string();
 
     const std::string shm = "/dev/shm/moezip-pagecache-test-" + std::to_string(getpid());
     if (moezip::file_held_in_memory("/dev/shm").empty()) GTEST_SKIP() << "/dev/shm is not tmpfs here";
