@@ -24,10 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <utility>
@@ -586,12 +584,8 @@ std::string populate_model_map(Session & s, char * addr, size_t len, int fd, lon
             return std::string("madvise(MADV_POPULATE_READ) failed: ") + strerror(errno);
         populated += r.second - r.first;
     }
-    std::ifstream in("/proc/self/smaps");
-    std::ostringstream text;
-    text << in.rdbuf();
     const uintptr_t at = reinterpret_cast<uintptr_t>(addr);
-    const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
-    populated_pmd = smaps_totals(text.str(), at, at + (len + page - 1) / page * page).pmd_mapped_bytes;
+    populated_pmd = smaps_totals_here(at, at + len).pmd_mapped_bytes;
     return "";
 }
 

@@ -164,6 +164,13 @@ SmapsTotals smaps_totals(const std::string & smaps, uintptr_t lo, uintptr_t hi) 
     return t;
 }
 
+SmapsTotals smaps_totals_here(uintptr_t lo, uintptr_t hi) {
+    std::ifstream in("/proc/self/smaps");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return smaps_totals(text.str(), lo, round_up(hi, page_bytes()));
+}
+
 const char * page_cache_fill_name(PageCacheFill how) {
     switch (how) {
         case PageCacheFill::kernel: return "kernel";
@@ -186,11 +193,8 @@ Status page_cache_state(const std::string & path, PageCacheState & out) {
     out.read_ahead_kb = read_ahead_kb_of(f.stat_of());
     if (f.bytes() == 0) return Status::ok();
     f.touch(&pages);  // resident pages only: a fault on one reads nothing
-    std::ifstream in("/proc/self/smaps");
-    std::ostringstream text;
-    text << in.rdbuf();
     const uintptr_t at = reinterpret_cast<uintptr_t>(f.data());
-    const SmapsTotals t = smaps_totals(text.str(), at, at + round_up(f.bytes(), page_bytes()));
+    const SmapsTotals t = smaps_totals_here(at, at + f.bytes());
     if (t.vmas == 0) return Status::io_error(path + ": its mapping is not in /proc/self/smaps");
     out.pmd_mapped_bytes = t.pmd_mapped_bytes;
     return Status::ok();

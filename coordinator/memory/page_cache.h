@@ -76,6 +76,10 @@ struct SmapsTotals {
 /// of a file may be several after madvise splits it.
 SmapsTotals smaps_totals(const std::string & smaps, uintptr_t lo, uintptr_t hi);
 
+/// smaps_totals of this process's mappings in [lo, hi) (/proc/self/smaps read now; hi is rounded up
+/// to a whole page, as a mapping's end is).
+SmapsTotals smaps_totals_here(uintptr_t lo, uintptr_t hi);
+
 /// Why the pages of `path` stay in memory whatever is evicted or dropped ("" when they do not):
 /// "<path> is on tmpfs" (also ramfs, hugetlbfs; statfs(2) magic numbers).
 std::string file_held_in_memory(const std::string & path);
