@@ -53,11 +53,12 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
-#   BENCH_SET           comparison (default): the side-by-side answer, in about 100 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
-#                       (single single_nr single_anon single_thp observe local local_copy experts1 experts1_map shard1 rpc_single rpc_experts rpc_tensor, and
-#                       experts1 rpc_experts over 1g and 10g) and stories-moe8; no repack-costs.
-#                       full: every study (the placement and throttled-worker variants of issue 14, a3b-L8-q8_0,
-#                       a3b-L4-q4_K, repack-costs): about 2 h more.
+#   BENCH_SET           comparison (default): the side-by-side answer, in about 55 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
+#                       (single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and experts1 rpc_experts over 1g
+#                       and 10g); no repack-costs.
+#                       full: every study (the memory-kind and page-cache references single_anon single_thp local_copy
+#                       experts1_map, the placement and throttled-worker variants of issue 14, a3b-L8-q8_0, a3b-L4-q4_K,
+#                       stories-moe8, repack-costs): about 3 h more.
 #   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
 #   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: the set's)
 #   BENCH_REPS          repetitions (default 5)
@@ -100,7 +101,8 @@
 #                       BENCH_REPS (default 30, 0 with BENCH_QUICK=1; 0 = none). Each round adds one pair to every such ratio of
 #                       BENCH_RESOLVE_VARIANTS (fewest pairs first) until all are resolved, each has
 #                       BENCH_RESOLVE_MAX_PAIRS pairs (default 24), or the minutes are spent (tools/bench/unresolved.js)
-#   BENCH_RESOLVE_VARIANTS  variants whose decode ratios get extra pairs (default "experts1 local_copy")
+#   BENCH_RESOLVE_VARIANTS  variants whose decode ratios get extra pairs (default "experts1 rpc_experts": the targets'
+#                       ratios; local_copy's too in the full set)
 #   BENCH_RESOLVE_MODELS    models that get them (default a3b-L4-q8_0)
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
@@ -120,7 +122,7 @@ RUNS=$OUT/runs
 QUICK=${BENCH_QUICK:-0}
 SET=${BENCH_SET:-comparison}
 case "$SET" in
-    comparison) SET_MODELS="a3b-L4-q8_0 stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-0} ;;
+    comparison) SET_MODELS="a3b-L4-q8_0"; REPACK_REPS=${BENCH_REPACK_REPS:-0} ;;
     full) SET_MODELS="a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-5} ;;
     *) echo "bench: error: BENCH_SET must be comparison or full, got '$SET'" >&2; exit 1 ;;
 esac
@@ -145,7 +147,7 @@ NO_REPACK=${BENCH_NO_REPACK:-auto}
 TRACE_MAX=${BENCH_TRACE_MAX:-200000}
 RESOLVE_MIN=${BENCH_RESOLVE_MIN:-$([ "$QUICK" = 1 ] && echo 0 || echo 30)}
 RESOLVE_MAX_PAIRS=${BENCH_RESOLVE_MAX_PAIRS:-24}
-RESOLVE_VARIANTS=${BENCH_RESOLVE_VARIANTS:-experts1 local_copy}
+RESOLVE_VARIANTS=${BENCH_RESOLVE_VARIANTS:-$([ "$SET" = full ] && echo "experts1 rpc_experts local_copy" || echo "experts1 rpc_experts")}
 RESOLVE_MODELS=${BENCH_RESOLVE_MODELS:-a3b-L4-q8_0}
 RPC_PORT=50052
 KEYS=$OUT/keys
@@ -317,11 +319,13 @@ page_cache_check() {  # model name -> PC_JSON
 }
 
 # plan_for MODEL: the timed loopback variants of a model (BENCH_VARIANTS overrides). The comparison set
-# (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the references and
-# RPC's two answers on the 4-layer q8_0 model and the tiny real model, in about 100 minutes with pairs on
-# both placements. The full set adds every study: the placement and throttled-worker variants (issue 14)
-# on the 4-layer q8_0 model and, on the others, the variants that answer their question (8 layers: twice
-# the round trips per token; q4_K: another weight type). `local` always gets phase runs (the MoE share
+# (default) answers "moezip or llama.cpp RPC, and how far from one node": the modes, the two one-node
+# references (engine default, --no-repack) and RPC's two answers on the 4-layer q8_0 model, with pairs on
+# both placements, and spends the time left on pairs for the decode ratios of the targets. The full set
+# adds every study: the memory-kind and page-cache references (anonymous 4 KiB and huge-page singles, one
+# node from a huge-page copy, both hosts from the page cache), the placement and throttled-worker
+# variants (issue 14) on the 4-layer q8_0 model and, on the others, the variants that answer their
+# question (8 layers: twice the round trips per token; q4_K: another weight type; the tiny real model). `local` always gets phase runs (the MoE share
 # for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify) are in
 # neither set since every timed run has a paired reference run (BENCH_VARIANTS adds them;
 # docs/security.md has a side-by-side measurement).
@@ -329,7 +333,7 @@ plan_for() {
     if [ -n "${BENCH_VARIANTS:-}" ]; then echo "$BENCH_VARIANTS"; return; fi
     if [ "$SET" = comparison ]; then
         case "$1" in
-            a3b-L4-q8_0) echo "single single_nr single_anon single_thp observe local local_copy experts1 experts1_map shard1 rpc_single rpc_experts rpc_tensor" ;;
+            a3b-L4-q8_0) echo "single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor" ;;
             *) echo "single observe local experts1 shard1 rpc_single rpc_experts" ;;
         esac
         return

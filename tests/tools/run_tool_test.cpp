@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,19 @@ TEST(RunTool, JsonReportHasSchemaAndOneHashPerToken) {
     EXPECT_EQ(j["prefill"]["tokens"], 5);
     EXPECT_EQ(j["decode"]["tokens"], 11);  // the last generated token is not fed back
     EXPECT_GT(j["decode"]["tok_s"].get<double>(), 0.0);
+    // one wall time per decode step; they add up to the decode's ms, their median lies among them
+    const auto & steps = j["decode"]["step_ms"];
+    ASSERT_EQ(steps.size(), 11u) << j["decode"].dump();
+    double sum = 0, lo = 1e300, hi = 0;
+    for (const auto & s : steps) {
+        const double ms = s.get<double>();
+        EXPECT_GT(ms, 0.0);
+        sum += ms; lo = std::min(lo, ms); hi = std::max(hi, ms);
+    }
+    EXPECT_NEAR(sum, j["decode"]["ms"].get<double>(), 1e-6 * sum);
+    const double median = j["decode"]["step_ms_median"].get<double>();
+    EXPECT_GE(median, lo);
+    EXPECT_LE(median, hi);
 }
 
 TEST(RunTool, SameFlagsGiveSameTokensAndLogits) {

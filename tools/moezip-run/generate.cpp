@@ -107,8 +107,10 @@ Status generate_greedy(llama_context * ctx, const std::vector<llama_token> & pro
             auto t1 = clock_type::now();
             st = decode_checked(ctx, batch, "decode", pos);
             if (st) st = pick_greedy(ctx, n_vocab, &next, &hash);
-            decode_ms += ms_since(t1);
+            const double step_ms = ms_since(t1);
+            decode_ms += step_ms;
             if (!st) return st;
+            result->decode_step_ms.push_back(step_ms);
             result->n_decode++;
         }
         result->tokens.push_back(next);

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -38,6 +39,18 @@ static nlohmann::ordered_json timing_json(int32_t n_tokens, double ms) {
     return {{"tokens", n_tokens}, {"ms", ms}, {"tok_s", tokens_per_s(n_tokens, ms)}};
 }
 
+// The decode timing plus each step's ms and their median (mean of the middle two for an even
+// count; 0 with no step).
+static nlohmann::ordered_json decode_json(const generate_result & r) {
+    nlohmann::ordered_json j = timing_json(r.n_decode, r.decode_ms);
+    std::vector<double> sorted = r.decode_step_ms;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    j["step_ms_median"] = n == 0 ? 0.0 : n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    j["step_ms"] = r.decode_step_ms;
+    return j;
+}
+
 nlohmann::ordered_json report_json(const run_report & rep) {
     std::vector<std::string> hashes;
     for (uint64_t h : rep.result.logits_xxh3) {
@@ -57,7 +70,7 @@ nlohmann::ordered_json report_json(const run_report & rep) {
         {"text", rep.text},
         {"logits_xxh3", hashes},
         {"prefill", timing_json(rep.result.n_prefill, rep.result.prefill_ms)},
-        {"decode", timing_json(rep.result.n_decode, rep.result.decode_ms)},
+        {"decode", decode_json(rep.result)},
     };
 }
 
