@@ -101,8 +101,9 @@
 #                       BENCH_REPS (default 30, 0 with BENCH_QUICK=1; 0 = none). Each round adds one pair to every such ratio of
 #                       BENCH_RESOLVE_VARIANTS (fewest pairs first) until all are resolved, each has
 #                       BENCH_RESOLVE_MAX_PAIRS pairs (default 24), or the minutes are spent (tools/bench/unresolved.js)
-#   BENCH_RESOLVE_VARIANTS  variants whose decode ratios get extra pairs (default "experts1 rpc_experts": the targets'
-#                       ratios; local_copy's too in the full set)
+#   BENCH_RESOLVE_VARIANTS  the decode ratios that get extra pairs: a variant (every link) or variant:link (lo, 1g,
+#                       10g). Default "experts1:lo experts1:1g rpc_experts:1g", the ratios the targets read (the
+#                       full set adds local_copy)
 #   BENCH_RESOLVE_MODELS    models that get them (default a3b-L4-q8_0)
 #   BENCH_WARMUP        1 (default): timed runs pass moezip-run --warmup (one untimed prompt + decode step,
 #                       KV cache cleared, as llama-bench does); 0: timed runs are the process's first prompt.
@@ -147,7 +148,7 @@ NO_REPACK=${BENCH_NO_REPACK:-auto}
 TRACE_MAX=${BENCH_TRACE_MAX:-200000}
 RESOLVE_MIN=${BENCH_RESOLVE_MIN:-$([ "$QUICK" = 1 ] && echo 0 || echo 30)}
 RESOLVE_MAX_PAIRS=${BENCH_RESOLVE_MAX_PAIRS:-24}
-RESOLVE_VARIANTS=${BENCH_RESOLVE_VARIANTS:-$([ "$SET" = full ] && echo "experts1 rpc_experts local_copy" || echo "experts1 rpc_experts")}
+RESOLVE_VARIANTS=${BENCH_RESOLVE_VARIANTS:-experts1:lo experts1:1g rpc_experts:1g$([ "$SET" = full ] && echo " local_copy")}
 RESOLVE_MODELS=${BENCH_RESOLVE_MODELS:-a3b-L4-q8_0}
 RPC_PORT=50052
 KEYS=$OUT/keys
@@ -764,7 +765,7 @@ for m in $MODELS; do
                 die "tools/bench/unresolved.js failed on $OUT (see above)"
             while read -r v n p; do
                 [ -n "$v" ] || continue
-                case " $RESOLVE_VARIANTS " in *" $v "*) todo+=("$v $n $p") ;; esac
+                case " $RESOLVE_VARIANTS " in *" $v "*|*" $v:$n "*) todo+=("$v $n $p") ;; esac
             done <<< "$left"
             if [ "${#todo[@]}" -eq 0 ]; then say "$m: every decode ratio of $RESOLVE_VARIANTS is resolved to ±5% or has $RESOLVE_MAX_PAIRS pairs"; break; fi
             say "$m: extra pairs, round $round: ${#todo[@]} decode ratios not resolved to ±5%: ${todo[*]}"

@@ -272,6 +272,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
             pos = r.first_node;  // the engine's own region nodes run in the next piece
             continue;
         }
+        if (!c.first.set && r.n_tokens > 0) c.first = {true, ms, delta.ms_local, delta.ms_wait, delta.ms_setup};
         c.calls += 1;
         c.rows += r.n_tokens;
         c.slots += r.n_tokens * r.n_used;

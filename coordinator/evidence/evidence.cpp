@@ -95,7 +95,10 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                           {"local_rows", c.local_rows}, {"remote_rows", c.remote_rows},
                           {"local_slots", c.local_slots}, {"remote_slots", c.remote_slots},
                           {"passthrough", c.passthrough}, {"fallbacks", c.fallbacks},
-                          {"ms", c.ms}, {"ms_local", c.ms_local}, {"ms_wait", c.ms_wait}, {"ms_setup", c.ms_setup}});
+                          {"ms", c.ms}, {"ms_local", c.ms_local}, {"ms_wait", c.ms_wait}, {"ms_setup", c.ms_setup},
+                          {"first_call", c.first.set ? json{{"ms", c.first.ms}, {"ms_local", c.first.ms_local},
+                                                            {"ms_wait", c.first.ms_wait}, {"ms_setup", c.first.ms_setup}}
+                                                      : json(nullptr)}});
     }
     j["layers"] = layers;
     json routing = json::array();

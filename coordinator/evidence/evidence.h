@@ -37,6 +37,15 @@ struct LayerCounters {
     /// local_share = "auto") and the identity digests of the workers' experts (Dispatcher::check_layer).
     /// Not a cost of every call: the bench leaves it out of the MoE share of a step (tools/bench/phase.js).
     double ms_setup = 0;
+    /// The first handled call with rows: its own times (ms, ms_local, ms_wait, ms_setup of that call
+    /// alone), also counted in the sums above. A cold run's first call carries one-time work on both
+    /// sides: this host's copies (in ms_setup) and a worker's first touch of its experts or the
+    /// packing of its slices, which shows here only as waiting for its reply. A decode run's per-step
+    /// MoE time is the sums without it (tools/bench/phase.js).
+    struct CallTimes {
+        bool   set = false;  ///< false until a call with rows was handled
+        double ms = 0, ms_local = 0, ms_wait = 0, ms_setup = 0;
+    } first;
 };
 
 /// How often each expert of one layer was routed to: one count per (row, slot) the layer's regions

@@ -239,6 +239,7 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
     const Case bad[] = {{R"({"mode":"experts","experts":"0-7"})", "expert 6, not served here"},
                         {R"({"mode":"shard","shares":[0.5,0.6],"slice":1})", "sum to 1"},
                         {R"({"mode":"shard","shares":[0.5,0.5],"slice":2})", "index into shares"},
+                        {R"({"mode":"shard","shares":[1,0],"slice":1})", "slice 1 has share 0: an empty n_ff slice"},
                         {R"({"mode":"anything"})", "unknown"},
                         {R"(["not an object"])", "missing"}};
     for (const Case & k : bad) {
@@ -252,5 +253,5 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
     EXPECT_EQ(again.h.status, (int32_t) moezip::ErrorCode::bad_plan);
     EXPECT_EQ(compute(rows, 2, 4).h.status, (int32_t) moezip::ErrorCode::bad_plan) << "the rows plan is gone";
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
-    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 5u + 2u) << w.stderr_text();
+    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 6u + 2u) << w.stderr_text();
 }

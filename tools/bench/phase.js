@@ -35,13 +35,19 @@ function payload_bytes(report) {
 
 /// Per-layer averages per call (ms): MoE handling in total, local compute (with packing and sending),
 /// waiting for workers after the local part was done. The one-time preparation at a plan's first call
-/// (ms_setup: this host's copies of its experts, packed down slices) is left out: phase runs are cold,
-/// and a copy of seconds in a 64-step decode would otherwise count as MoE time of every step.
-function layer_rows(report) {
+/// is left out: phase runs are cold, and a copy of seconds in a 64-step decode would otherwise count as
+/// MoE time of every step. A decode run (kind "decode") leaves its first call out whole (the report's
+/// first_call: the 1-token prompt's, outside the timed steps), which also drops a worker's one-time
+/// work that this host sees only as waiting (first touch, packing its slices); later preparation
+/// (ms_setup after a slice change) is still subtracted. A prefill run has one call: only ms_setup is
+/// taken out. Reports without first_call (before 2026-12-02) get the prefill rule.
+function layer_rows(report, kind = "prefill") {
     return (report.layers || []).map((l) => {
-        const c = Math.max(1, l.calls);
+        const f = kind === "decode" && l.calls > 1 && l.first_call ? l.first_call : null;
+        const c = Math.max(1, f ? l.calls - 1 : l.calls);
+        const less = (key) => (l[key] || 0) - (f ? f[key] || 0 : 0);
         return { il: l.il, calls: l.calls, rows: l.rows, remote_rows: l.remote_rows, remote_slots: l.remote_slots,
-                 ms: (l.ms - (l.ms_setup || 0)) / c, ms_local: l.ms_local / c, ms_wait: l.ms_wait / c,
+                 ms: (less("ms") - less("ms_setup")) / c, ms_local: less("ms_local") / c, ms_wait: less("ms_wait") / c,
                  ms_setup: l.ms_setup || 0 };
     });
 }
@@ -50,7 +56,7 @@ function layer_rows(report) {
 function phase_record(meta, run, report) {
     const kind = meta.kind;
     const tokens = phase_tokens(kind, run);
-    const layers = layer_rows(report);
+    const layers = layer_rows(report, kind);
     const L = Math.max(1, layers.length);
     const workers = report.workers || [];
     const bytes = sum(workers, "bytes_out") + sum(workers, "bytes_in");

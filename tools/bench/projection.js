@@ -3,8 +3,11 @@
 // measured on the 4-layer Qwen3-30B-A3B-shaped fixture (a3b-L4-q8_0).
 //
 // Model (every assumption is printed with the table, docs/performance.md):
-//  - per-layer step time of a variant = its measured step time (median of its timed runs on loopback,
-//    both placements) / the fixture's 4 layers: the attention, router, norms and output head are
+//  - per-layer step time of one node = moezip-run's single (median of its timed runs on loopback, both
+//    placements) / the fixture's 4 layers; of a distributed variant = that over the variant's speed-up
+//    measured within its pairs (experts1 over moezip-run's single, rpc_experts over llama-bench's
+//    rpc_single): the two programs time one node differently, so each is held to its own. The
+//    attention, router, norms and output head are
 //    spread over the layers (the head does not grow with depth, so deeper models are slightly
 //    over-costed on every variant alike);
 //  - a deeper model of the same layer shape (Qwen3-30B-A3B: 48 layers) costs depth x that;
@@ -44,11 +47,19 @@ function median(xs) {
     return v.length % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
-/// ms per layer per token on loopback of a variant of the fixture (prefill: per prompt token), or null.
-function per_layer_ms(groups, variant, phase) {
-    const tok = median(groups.filter((g) => g.model === FIXTURE && g.variant === variant && g.net === "lo")
+/// ms per layer per token on loopback of the fixture's one node (moezip-run's single; prefill: per
+/// prompt token), or null.
+function single_per_layer_ms(groups, phase) {
+    const tok = median(groups.filter((g) => g.model === FIXTURE && g.variant === "single" && g.net === "lo")
                              .map((g) => g[phase] && g[phase].median));
     return tok ? 1000 / tok / FIXTURE_LAYERS : null;
+}
+
+/// A variant's speed-up over its own program's one-node run on loopback (median over the placements
+/// of the median ratio within pairs), or null without pairs.
+function paired_speedup(groups, variant, phase) {
+    return median(groups.filter((g) => g.model === FIXTURE && g.variant === variant && g.net === "lo")
+                        .map((g) => g[phase] && g[phase].paired_ratio_median));
 }
 
 /// Rows {shape, link, phase, tok_s: {single, experts1, rpc_experts}, x_single: {...}}; [] without the
@@ -56,8 +67,12 @@ function per_layer_ms(groups, variant, phase) {
 function projection_rows(groups) {
     const out = [];
     for (const phase of ["decode", "prefill"]) {
-        const base = {};
-        for (const v of ["single", "experts1", "rpc_experts"]) base[v] = per_layer_ms(groups, v, phase);
+        const one = single_per_layer_ms(groups, phase);
+        const base = { single: one };
+        for (const v of ["experts1", "rpc_experts"]) {
+            const x = paired_speedup(groups, v, phase);
+            base[v] = one !== null && x ? one / x : null;
+        }
         if (Object.values(base).some((x) => x === null)) continue;
         for (const s of SHAPES) {
             for (const link of ["1g", "10g"]) {
@@ -77,7 +92,8 @@ function projection_rows(groups) {
 }
 
 const ASSUMPTIONS = [
-    `per-layer cost = the variant's median step on ${FIXTURE} (loopback, both placements) / ${FIXTURE_LAYERS} layers`,
+    `per-layer cost of one node = moezip-run's median step on ${FIXTURE} (loopback, both placements) / ${FIXTURE_LAYERS} layers; ` +
+        "of experts1 and rpc_experts = that over their speed-up within pairs, each over its own program's one-node run",
     "same layer shape as Qwen3-30B-A3B for 48 layers; the 94-layer shape reads 4x the weights per layer (compute x4) and moves 2x the bytes",
     `links add the busier direction's bytes at ${LINK_MBPS["1g"]} / ${LINK_MBPS["10g"]} MB/s and ${LAN_RTT_MS} ms per round trip (moezip 1 per layer, RPC 3)`,
     "no further overlap of transfer and compute; one core per host, one thread, as measured",
@@ -86,7 +102,7 @@ const ASSUMPTIONS = [
 module.exports = { projection_rows, ASSUMPTIONS };
 
 // node tools/bench/projection.js BENCH_JSON: the projection of a bench.json (or of any file with
-// {"groups": [{model, variant, net, prefill: {median}, decode: {median}}]}) as a Markdown table.
+// {"groups": [{model, variant, net, prefill: {median, paired_ratio_median}, decode: {...}}]}) as a Markdown table.
 if (require.main === module) {
     const b = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8"));
     const rows = projection_rows(b.groups || []);

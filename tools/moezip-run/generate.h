@@ -20,8 +20,8 @@ struct generate_result {
     int32_t n_decode   = 0;    ///< single-token llama_decode calls (generated tokens fed back): n_generated - 1
     double  decode_ms  = 0;    ///< wall time of those calls and their logits reads, ms
     /// Wall time of each decode step (llama_decode of one token and its logits read), ms,
-    /// [n_decode]; decode_ms is their sum. A bench reads a step time's median beside the mean to
-    /// tell a run slowed throughout from one with a few stalled steps.
+    /// [n_decode]; decode_ms is their sum. With their median beside the mean, a run slowed
+    /// throughout can be told from one with a few stalled steps.
     std::vector<double> decode_step_ms;
 };
 

@@ -31,6 +31,11 @@ Status parse_shares(const nlohmann::json & plan, WorkerPlan & out, ErrorCode & c
         slice->get<int64_t>() >= (int64_t) out.shares.size())
         return refuse(code, "mode shard needs \"slice\": an index into shares");
     out.slice = (int) slice->get<int64_t>();
+    // A zero share is an empty n_ff slice in every layer: nothing this connection could be asked for.
+    // The coordinator never says hello to a worker whose slice is empty (ShardHandler skips it before
+    // Dispatcher::usable), so such a hello is not from it. A request for an empty slice is refused
+    // anyway (bad_shape); this refuses the plan itself.
+    if (out.shares[out.slice] == 0) return refuse(code, "slice " + std::to_string(out.slice) + " has share 0: an empty n_ff slice");
     return Status::ok();
 }
 

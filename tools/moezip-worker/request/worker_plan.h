@@ -45,7 +45,8 @@ constexpr size_t kMaxPlans = 256;
 
 /// Reads hello JSON's "plan" against the shape this worker serves. Errors (invalid_argument, code
 /// bad_plan): no plan, unknown mode, experts that are not ranges or not all served here, shares
-/// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), a slice index outside them.
+/// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), a slice index outside them or
+/// whose share is 0 (an empty n_ff slice in every layer).
 Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shape, WorkerPlan & out, ErrorCode & code);
 
 /// The n_ff units [first, first + count) plan `p` allows for a layer of `n_ff` units whose down
