@@ -515,6 +515,19 @@ TEST(Distributed, AShardShareTooSmallForOneBlockIsNamedWithItsReason) {
     EXPECT_EQ(none[0]["reason"], "share 0.25 of n_ff 64 is less than one block of 32 units (q8_0) after rounding");
     EXPECT_EQ(rep["workers"][0].value("rows", 0), 0) << rep["workers"].dump();  // never asked: no traffic at all
     EXPECT_EQ(load_json(c.dir + "/small_share-run.json")["tokens"], load_json(c.dir + "/single-run.json")["tokens"]);
+
+    // share = 0 (a worker parked by its config): never told a plan, so the worker's refusal of a
+    // zero-share hello (bad_plan) never fires, and the run is this host's alone
+    const std::string parked = "mode = \"shard\"\n[shard]\nlocal_share = 1\n[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() +
+                               "\"\nshare = 0\n";
+    CommandResult z = run_host(c.dir, "zero_share", model, parked, kPrompt128);
+    ASSERT_EQ(z.exit_code, 0) << z.err;
+    const json zr = load_json(c.dir + "/zero_share.json");
+    EXPECT_EQ(zr["errors"]["count"], 0) << zr["errors"].dump();
+    EXPECT_EQ(zr["workers"][0].value("rows", 0), 0) << zr["workers"].dump();
+    EXPECT_EQ(zr["workers"][0].value("refused", ""), "") << zr["workers"].dump();
+    EXPECT_EQ(z.err.find("bad_plan"), std::string::npos) << z.err;
+    EXPECT_EQ(load_json(c.dir + "/zero_share-run.json")["tokens"], load_json(c.dir + "/single-run.json")["tokens"]);
 }
 
 } // namespace
