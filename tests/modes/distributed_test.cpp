@@ -355,7 +355,8 @@ TEST(Distributed, LocalModeWithCopyLocalComputesEveryExpertFromTheCopyWithTheSam
         // made at the first call, which the report gives apart (the bench leaves it out of a decode step)
         const json & f = l["first_call"];
         ASSERT_TRUE(f.is_object()) << l.dump();
-        EXPECT_EQ(f["ms_setup"].get<double>(), l["ms_setup"].get<double>()) << "the copy is made once, at the first call: " << l.dump();
+        // later calls only look the copy up (microseconds of ms_setup each)
+        EXPECT_GE(f["ms_setup"].get<double>(), 0.98 * l["ms_setup"].get<double>()) << "the copy is made once, at the first call: " << l.dump();
         EXPECT_GE(f["ms"].get<double>(), f["ms_setup"].get<double>() + f["ms_local"].get<double>() - 1e-6) << l.dump();
         EXPECT_LT(f["ms"].get<double>(), l["ms"].get<double>()) << "more than one call: " << l.dump();
         EXPECT_LE(f["ms_local"].get<double>(), l["ms_local"].get<double>()) << l.dump();
