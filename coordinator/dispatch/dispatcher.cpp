@@ -419,7 +419,9 @@ nlohmann::json Dispatcher::stats_json() const {
             const WorkerStats & s = w.link->stats();
             j.update({{"requests", s.requests}, {"rows", s.rows}, {"slots", s.pairs}, {"bytes_out", s.bytes_out},
                       {"bytes_in", s.bytes_in}, {"rtt_ms_p50", percentile(s.rtt_ms, 0.5)},
-                      {"rtt_ms_p99", percentile(s.rtt_ms, 0.99)}, {"service_ms_p50", percentile(s.service_ms, 0.5)},
+                      {"rtt_ms_p99", percentile(s.rtt_ms, 0.99)}, {"one_row_requests", s.rtt_ms_one_row.size()},
+                      {"rtt_ms_p50_one_row", percentile(s.rtt_ms_one_row, 0.5)}, {"rtt_ms_p99_one_row", percentile(s.rtt_ms_one_row, 0.99)},
+                      {"service_ms_p50", percentile(s.service_ms, 0.5)},
                       {"service_ms_p99", percentile(s.service_ms, 0.99)}, {"service_ms_total", s.service_ms_total},
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},

@@ -163,6 +163,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
     for (size_t i = 0; i < frames.size(); ++i)
         msg_header_set_frame(h, (int) i, frames[i].first, frames[i].second.data, frames[i].second.bytes);
     sent_at_ = std::chrono::steady_clock::now();
+    sent_rows_ = h.n_rows;
     try {
         // Copies, made before anything is queued: ZeroMQ owns what it sends (see the file comment).
         std::vector<zmq::message_t> parts;
@@ -281,6 +282,7 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             stats_.hash_ok += parts.size() - 1;
             const float rtt = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - sent_at_).count();
             if (stats_.rtt_ms.size() < 1000000) stats_.rtt_ms.push_back(rtt);
+            if (sent_rows_ == 1 && stats_.rtt_ms_one_row.size() < 1000000) stats_.rtt_ms_one_row.push_back(rtt);
             if (h.kind == static_cast<uint16_t>(MsgKind::result)) {
                 const float service = (float) (h.service_us / 1000.0);
                 stats_.service_ms_total += service;

@@ -43,6 +43,9 @@ struct WorkerStats {
     uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
     uint64_t parts_dropped = 0;     ///< reply parts beyond kMaxMessageParts, read and freed
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
+    /// The same for requests of one row only (decode calls): a run's prompt calls take hundreds of ms
+    /// and would be its p99 among a few hundred decode calls, hiding a decode stall.
+    std::vector<float> rtt_ms_one_row;
     std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
     /// while this host computed its own part (the round trip ends when the reply is taken)
@@ -131,6 +134,7 @@ private:
     bool peer_closed_ = false;
     std::chrono::steady_clock::time_point closed_seen_{};
     std::chrono::steady_clock::time_point sent_at_;
+    int32_t sent_rows_ = 0;  // n_rows of the request in flight
     WorkerStats stats_;
     uint64_t instance_ = 0;
     LinkKeys keys_;

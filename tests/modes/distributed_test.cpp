@@ -102,6 +102,11 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
         EXPECT_GT(w["service_ms_total"].get<double>(), 0.0) << w.dump();
         EXPECT_GE(w["rtt_minus_service_ms_p50"].get<double>(), 0.0) << w.dump();
         EXPECT_LE(w["service_ms_p50"].get<double>(), w["rtt_ms_p99"].get<double>()) << w.dump();
+        // decode calls (one row) apart from the prompt's: a stall among them is not hidden by the prompt
+        EXPECT_GT(w["one_row_requests"].get<uint64_t>(), 0u) << w.dump();
+        EXPECT_LT(w["one_row_requests"].get<uint64_t>(), w["requests"].get<uint64_t>()) << "the prompt's requests have 128 rows: " << w.dump();
+        EXPECT_GT(w["rtt_ms_p50_one_row"].get<double>(), 0.0) << w.dump();
+        EXPECT_LE(w["rtt_ms_p50_one_row"].get<double>(), w["rtt_ms_p99_one_row"].get<double>()) << w.dump();
     }
     EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
     // experts mode: this host dropped its resident pages of the experts the workers served

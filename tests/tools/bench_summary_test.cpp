@@ -191,6 +191,29 @@ TEST(BenchSummary, TheProjectionTakesEachVariantsSpeedUpOverItsOwnOneNode) {
         << "RPC's per-layer cost from its speed-up over rpc_single, not from llama-bench's 64 tok/s";
 }
 
+// A timed run's prompt round trips (hundreds of ms, a few of them) are the p99 of all its round
+// trips: a stall is judged on the one-row (decode) requests where the report has them.
+TEST(BenchSummary, AStallIsJudgedOnTheDecodeRoundTrips) {
+    auto stalled = [](const json & worker) {
+        const json run = {{"report_json", {{"workers", json::array({worker})}}}};
+        CommandResult r = run_command({"node", "-e",
+            "const {run_stalled} = require(process.argv[1]); console.log(JSON.stringify(run_stalled(JSON.parse(process.argv[2]))));",
+            repo_root() + "/tools/bench/pairs.js", run.dump()}, {}, 60);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.out;
+    };
+    // measured shape of a timed experts1 run: p50 1.35 ms, p99 465 ms (a prompt's), decode p99 3.9 ms
+    json calm = {{"endpoint", "tcp://w"}, {"rtt_ms_p50", 1.35}, {"rtt_ms_p99", 465.0}, {"one_row_requests", 520},
+                 {"rtt_ms_p50_one_row", 1.37}, {"rtt_ms_p99_one_row", 3.9}};
+    EXPECT_EQ(stalled(calm), "false\n");
+    json stall = calm;
+    stall["rtt_ms_p99_one_row"] = 9.0;
+    EXPECT_EQ(stalled(stall), "true\n");
+    // reports before the one-row figures: all round trips, as before
+    json old = {{"endpoint", "tcp://w"}, {"rtt_ms_p50", 1.35}, {"rtt_ms_p99", 465.0}};
+    EXPECT_EQ(stalled(old), "true\n");
+}
+
 // The driver adds pairs to the ratios that are not resolved (tools/bench/unresolved.js): it must name
 // the group whose interval is wider than ±5% (or has no interval), not a resolved one, and stop
 // naming a group once it has the most pairs allowed.
