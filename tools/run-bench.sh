@@ -53,7 +53,7 @@
 # Environment (all optional):
 #   BUILD               build folder (default build); models are cached in $BUILD/bench/models
 #   MOEZIP_SHARED       folder with fixtures/stories260K.gguf (default ../shared)
-#   BENCH_SET           comparison (default): the side-by-side answer, in about 55 minutes here plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
+#   BENCH_SET           comparison (default): the side-by-side answer, in about 80 minutes here (the RPC runs take half of it) plus up to BENCH_RESOLVE_MIN of extra pairs: a3b-L4-q8_0
 #                       (single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and experts1 rpc_experts over 1g
 #                       and 10g); no repack-costs.
 #                       full: every study (the memory-kind and page-cache references single_anon single_thp local_copy
