@@ -265,7 +265,8 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
                 return GGML_STATUS_FAILED;
             }
             LOG_CAPPED(LogLevel::warn, "layer %d: %s; the engine recomputes this region", r.il, st.to_string().c_str());
-            ++c.fallbacks;
+            // the whole region goes back to the engine: a passthrough, not a worker's part computed
+            // here (`fallbacks`), so the two counters never count one region twice
             ++c.passthrough;
             ++ev_.regions_passthrough;
             lock.unlock();

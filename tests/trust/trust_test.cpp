@@ -400,6 +400,14 @@ TEST(HookFailure, AnExceptionInsideTheHookFollowsThePolicyAndLaterGraphsAreStill
     EXPECT_TRUE(errors_mention(rep, "test fault throw_in_region")) << rep["errors"].dump();
     EXPECT_EQ(rep["checks"]["regions_passthrough"], 1);
     EXPECT_EQ(rep["checks"]["regions_handled"], 15) << "the thread was not left marked inside the hook";
+    // the failed region is one passthrough, not also a fallback (no worker's part was computed here)
+    int passthrough = 0, fallbacks = 0;
+    for (const json & l : rep["layers"]) {
+        passthrough += l["passthrough"].get<int>();
+        fallbacks += l["fallbacks"].get<int>();
+    }
+    EXPECT_EQ(passthrough, 1) << rep["layers"].dump();
+    EXPECT_EQ(fallbacks, 0) << rep["layers"].dump();
     // on_worker_error = "abort": the compute fails, the host says so, nothing crashes
     CommandResult ab = run("abort", "mode = \"local\"\n[dispatch]\non_worker_error = \"abort\"\n", {{"MOEZIP_TEST_FAULT", "throw_in_region"}});
     EXPECT_EQ(ab.exit_code, 1) << ab.err;
