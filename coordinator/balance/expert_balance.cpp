@@ -122,4 +122,32 @@ nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) c
             {"hosts", hosts}};
 }
 
+bool prefer_slot_prefix(const int32_t * ids, int64_t k, const std::vector<ExpertGroup> & groups, std::vector<int> & host_of) {
+    int worker = -1;
+    int64_t m = 0;
+    for (int64_t s = 0; s < k; ++s) {
+        const int h = host_of[(size_t) ids[s]];
+        if (h == 0) continue;
+        if (worker >= 0 && h != worker) return false;  // two workers: no single prefix
+        worker = h;
+        ++m;
+    }
+    if (worker < 0 || m < 2) return false;  // one slot: its output is already one row
+    bool prefix = true;
+    for (int64_t s = 0; s < m; ++s) prefix = prefix && host_of[(size_t) ids[s]] == worker;
+    if (prefix) return true;
+    auto may = [&](int expert, int h) {
+        for (const ExpertGroup & g : groups)
+            if (g.expert == expert) return std::find(g.hosts.begin(), g.hosts.end(), h) != g.hosts.end();
+        return false;
+    };
+    for (int64_t s = 0; s < k; ++s)
+        if (!may(ids[s], s < m ? worker : 0)) return false;
+    const std::vector<int> before = host_of;
+    for (int64_t s = 0; s < k; ++s) host_of[(size_t) ids[s]] = s < m ? worker : 0;
+    for (int64_t s = 0; s < k; ++s)  // an expert picked twice cannot be on both sides
+        if (host_of[(size_t) ids[s]] != (s < m ? worker : 0)) { host_of = before; return false; }
+    return true;
+}
+
 } // namespace moezip

@@ -78,4 +78,15 @@ private:
     double makespan_ms_sum_ = 0;
 };
 
+/// A one-row call (decode) with exact combine, after ExpertBalancer::assign: when this host and one
+/// worker share its k slots and the worker has m >= 2 of them, gives the worker the first m slots in
+/// the engine's slot order (ids[0..k), the router's top-k) and this host the rest, if every expert
+/// involved lets that host compute it (`groups`: its usable owners). The counts per host stay, so the
+/// balancer's expected times do too (one slot per expert in a one-row call); the worker's reply can
+/// then be one partial sum, the first m adds of the engine's ADD chain, instead of m slot outputs
+/// (moe_sum_slots_after_prefix, coordinator/compute/moe_exec.h). host_of: per expert, 0 = this host,
+/// 1 + w = worker w; rewritten only when the whole prefix assignment is possible. True when the
+/// worker's slots are such a prefix afterwards.
+bool prefer_slot_prefix(const int32_t * ids, int64_t k, const std::vector<ExpertGroup> & groups, std::vector<int> & host_of);
+
 } // namespace moezip

@@ -182,4 +182,12 @@ void moe_sum_slots(const float * slots, int64_t n_embd, int64_t k, int64_t n_row
     }
 }
 
+void moe_sum_slots_after_prefix(const void * prefix, int64_t m, const float * slots, int64_t n_embd, int64_t k, float * out) {
+    memcpy(out, prefix, (size_t) n_embd * sizeof(float));
+    for (int64_t s = m; s < k; ++s) {
+        const float * si = slots + s * n_embd;
+        for (int64_t j = 0; j < n_embd; ++j) out[j] += si[j];
+    }
+}
+
 } // namespace moezip

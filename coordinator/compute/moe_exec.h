@@ -104,4 +104,12 @@ private:
 /// out may be the memory of slots (rows are read before they are overwritten), not any other overlap.
 void moe_sum_slots(const float * slots, int64_t n_embd, int64_t k, int64_t n_rows, float * out);
 
+/// One row of moe_sum_slots continued from the sum of its first m slots: out = prefix, then
+/// out += slots[:, s] for s = m .. k-1 in slot order. The ADD chain is a left fold, so a prefix
+/// summed in slot order elsewhere (a worker's row_sums reply of slots 0..m-1) followed by these adds
+/// is the same sequence of f32 roundings as the whole chain. prefix: [n_embd] f32, any alignment
+/// (libzmq frames); slots: [n_embd, k] of this row (slots before m are not read); out: [n_embd],
+/// not overlapping either.
+void moe_sum_slots_after_prefix(const void * prefix, int64_t m, const float * slots, int64_t n_embd, int64_t k, float * out);
+
 } // namespace moezip

@@ -427,7 +427,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
                       {"reconnects", s.reconnects}, {"disconnects", s.disconnects}, {"foreign_instance_replies", s.foreign_instance},
-                      {"parts_dropped", s.parts_dropped}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
+                      {"parts_dropped", s.parts_dropped}, {"prefix_sum_replies", s.prefix_sum_replies}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
         }
         arr.push_back(j);
     }

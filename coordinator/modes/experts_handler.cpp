@@ -24,8 +24,25 @@ struct ExpertsHandler::Part {
     uint64_t request_id = 0;
     std::chrono::steady_clock::time_point sent_at;   // for the balancer's overhead estimate
     bool sent = false, done = false;
+    // exact combine, every row's pairs its slots 0..m-1: the reply is one sum per row, the first m
+    // adds of the engine's ADD chain (is_slot_prefix), instead of one output per slot
+    bool prefix_sums = false;
     zmq::message_t result;                           // slots [n_embd, pairs] or row sums [n_embd, rows]
 };
+
+// True when, for every row of a part, its (row, slot) pairs (in (row, slot) order) are slots 0, 1,
+// .., m-1 of that row, and some row has more than one: then a worker's row_sums reply is, per row,
+// exactly the engine's ADD chain over those slots (the worker adds them in slot order,
+// tools/moezip-worker/request/worker_compute.cpp), and this host continues the chain from it
+// (moe_sum_slots_after_prefix): the same f32 adds in the same order, 1/m of the reply's bytes.
+static bool is_slot_prefix(const std::vector<std::pair<int64_t, int64_t>> & pairs, size_t n_rows) {
+    if (pairs.size() <= n_rows) return false;  // one slot per row: the per-slot reply is as small
+    for (size_t q = 0; q < pairs.size(); ++q) {
+        const bool row_start = q == 0 || pairs[q].first != pairs[q - 1].first;
+        if (pairs[q].second != (row_start ? 0 : pairs[q - 1].second + 1)) return false;
+    }
+    return true;
+}
 
 ExpertsHandler::ExpertsHandler(const Config & cfg, const GgmlApi & api, EngineIdentity self)
     : DispatchHandler(cfg, api, std::move(self)) {
@@ -95,13 +112,14 @@ bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, 
     const std::string what = "layer " + std::to_string(r.il) + ", " + std::to_string(p.pairs.size()) + " slots of " +
                              std::to_string(p.rows.size()) + " rows";
     auto slot = [&](size_t q) { return &slots_[(p.pairs[q].first * k + p.pairs[q].second) * E]; };
-    if (exact) {
+    if (exact && !p.prefix_sums) {
         // the worker's per-slot outputs [n_embd, pairs] in (row, slot) order
         verify_buf_.resize((size_t) E * p.pairs.size());
         for (size_t q = 0; q < p.pairs.size(); ++q) memcpy(&verify_buf_[q * E], slot(q), E * sizeof(float));
         return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), true, what);
     }
     // the worker's row sums: per row, its first slot copied and the next ones added in slot order
+    // (with exact combine a slot-order prefix of the chain: compared bit for bit)
     verify_buf_.assign((size_t) E * p.rows.size(), 0.0f);
     size_t row = 0;
     for (size_t q = 0; q < p.pairs.size(); ++q) {
@@ -111,7 +129,7 @@ bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, 
         const float * v = slot(q);
         for (int64_t j = 0; j < E; ++j) o[j] = first ? v[j] : o[j] + v[j];
     }
-    return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), false, what);
+    return accept_part(w, p.result.data(), verify_buf_.data(), verify_buf_.size(), exact, what);
 }
 
 Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
@@ -160,7 +178,8 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     for (size_t w = 0; w < parts.size(); ++w) {
         Part & p = parts[w];
         if (p.rows.empty() || !disp_.usable(w, r)) continue;
-        MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact ? ReplyKind::slots : ReplyKind::row_sums);
+        p.prefix_sums = exact && is_slot_prefix(p.pairs, p.rows.size());
+        MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact && !p.prefix_sums ? ReplyKind::slots : ReplyKind::row_sums);
         p.request_id = h.request_id;
         p.sent_at = std::chrono::steady_clock::now();
         Status st = disp_.link(w).send(h, {{WireType::f32, {p.hidden.data(), p.hidden.size() * sizeof(float)}},
@@ -192,11 +211,13 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             const auto t_wait = std::chrono::steady_clock::now();
             Status rs = link.recv(p.request_id, rh, p.result);
             if (rs) observe_reply(w, size, p, rh, t_wait);
-            size_t expect = (size_t) (E * (exact ? (int64_t) p.pairs.size() : (int64_t) p.rows.size())) * sizeof(float);
+            const bool per_slot = exact && !p.prefix_sums;
+            size_t expect = (size_t) (E * (per_slot ? (int64_t) p.pairs.size() : (int64_t) p.rows.size())) * sizeof(float);
             if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || p.result.size() != expect ||
                        (exact && rh.n_pairs != (int32_t) p.pairs.size())))
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
+                if (p.prefix_sums) ++link.stats().prefix_sum_replies;  // used (combined below) unless a check refuses it
                 const bool due = disp_.verify_due(w);
                 if (due || shadow_call) {
                     // The check reads this worker's experts here; the pages it faults in stay (dropping
@@ -217,7 +238,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 link.stats().pairs += p.pairs.size();
                 c.remote_rows += p.rows.size();
                 c.remote_slots += p.pairs.size();
-                if (exact) {
+                if (exact && !p.prefix_sums) {
                     // libzmq may hand large frames back at addresses not aligned for float: copy bytes
                     const char * res = static_cast<const char *>(p.result.data());
                     for (size_t q = 0; q < p.pairs.size(); ++q)
@@ -250,7 +271,31 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
     if (exact) {
-        moe_sum_slots(slots_.data(), E, k, n, out);  // every slot in slot order: the engine's ADD chain
+        // every slot in slot order: the engine's ADD chain; a row whose first slots came back as one
+        // sum continues the chain from it
+        std::vector<const char *> prefix((size_t) n, nullptr);
+        std::vector<int64_t> prefix_len((size_t) n, 0);
+        bool any = false;
+        for (const Part & p : parts) {
+            if (!p.done || !p.prefix_sums) continue;
+            const char * res = static_cast<const char *>(p.result.data());  // possibly unaligned (libzmq)
+            for (size_t q = 0, i = 0; q < p.pairs.size(); ++q) {
+                if (q > 0 && p.pairs[q].first != p.pairs[q - 1].first) ++i;
+                prefix[(size_t) p.pairs[q].first] = res + i * E * sizeof(float);
+                prefix_len[(size_t) p.pairs[q].first] = p.pairs[q].second + 1;
+                any = true;
+            }
+        }
+        if (!any) {
+            moe_sum_slots(slots_.data(), E, k, n, out);
+            return Status::ok();
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            if (prefix[(size_t) t] != nullptr)
+                moe_sum_slots_after_prefix(prefix[(size_t) t], prefix_len[(size_t) t], &slots_[t * k * E], E, k, out + t * E);
+            else
+                moe_sum_slots(&slots_[t * k * E], E, k, 1, out + t * E);
+        }
         return Status::ok();
     }
     return merge_partial(r, parts, shadow_call);
@@ -280,6 +325,9 @@ std::vector<int> ExpertsHandler::assign_hosts(const MoeRegion & r, CallSize size
     const std::vector<int> chosen = balancer_.assign(groups, size);
     std::vector<int> host_of((size_t) r.n_expert, 0);
     for (size_t g = 0; g < groups.size(); ++g) host_of[groups[g].expert] = chosen[g];
+    // decode: the worker's slots as a prefix of the slot order, so its reply is one sum (same counts)
+    if (n == 1 && cfg_.experts.replicas && cfg_.experts.combine == ExpertCombine::exact)
+        prefer_slot_prefix(ids_.data(), k, groups, host_of);
     return host_of;
 }
 
@@ -288,9 +336,10 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
-    // payload: an exact-combine reply carries one output row per slot, a partial one one sum per row
+    // payload: an exact-combine reply carries one output row per slot, a partial one (or a prefix
+    // sum) one sum per row
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;
-    const double payload = exact ? (double) p.pairs.size() : (double) p.rows.size();
+    const double payload = exact && !p.prefix_sums ? (double) p.pairs.size() : (double) p.rows.size();
     balancer_.observe_overhead(1 + w, overhead_sample(size, payload, p.sent_at, t_wait, now, service));
 }
 

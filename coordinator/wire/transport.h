@@ -42,6 +42,9 @@ struct WorkerStats {
     uint64_t disconnects = 0;       ///< connections the worker side closed (exit, kill, restart): seen by the socket monitor
     uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
     uint64_t parts_dropped = 0;     ///< reply parts beyond kMaxMessageParts, read and freed
+    /// exact-combine results received as one sum per row of the row's slots 0..m-1 (a prefix of the
+    /// engine's ADD chain) instead of one output per slot (experts mode, experts_handler.cpp)
+    uint64_t prefix_sum_replies = 0;
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
     /// The same for requests of one row only (decode calls): a run's prompt calls take hundreds of ms
     /// and would be its p99 among a few hundred decode calls, hiding a decode stall.

@@ -64,6 +64,8 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
                              "[[worker]]\nendpoint = \"" + e1 + "\"\nexperts = \"4-7\"\n"},
         {"experts_coordinator_owns_part", strict + "mode = \"experts\"\n[experts]\nlocal = \"0-1\"\n[[worker]]\nendpoint = \"" + e0 +
                                           "\"\nexperts = \"2-3\"\n[[worker]]\nendpoint = \"" + e1 + "\"\nexperts = \"4-7\"\n"},
+        // every slot of every row on one worker: each reply is the whole ADD chain as one sum per row
+        {"experts_one_worker_owns_all", strict + "mode = \"experts\"\n[[worker]]\nendpoint = \"" + w0 + "\"\nexperts = \"0-7\"\n"},
     };
     for (const Mode & m : modes) {
         CommandResult r = run_host(c.dir, m.name, model, m.body, kPrompt128);
@@ -109,6 +111,12 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
         EXPECT_LE(w["rtt_ms_p50_one_row"].get<double>(), w["rtt_ms_p99_one_row"].get<double>()) << w.dump();
     }
     EXPECT_EQ(ex["layers"][0]["remote_slots"].get<int>(), ex["layers"][0]["slots"].get<int>());
+    // a worker holding every slot of its rows sends one sum per row (the chain's prefix of all k slots)
+    // instead of k slot outputs, and the logits above are still the single node's
+    json all = load_json(c.dir + "/experts_one_worker_owns_all.json");
+    ASSERT_EQ(all["workers"].size(), 1u);
+    EXPECT_EQ(all["workers"][0]["prefix_sum_replies"].get<uint64_t>(), sum_layers(all, "calls")) << all["workers"][0].dump();
+    EXPECT_EQ(all["workers"][0]["rows"].get<uint64_t>(), sum_layers(all, "rows"));
     // experts mode: this host dropped its resident pages of the experts the workers served
     EXPECT_GT(ex["memory"]["advised_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();
     EXPECT_EQ(ex["memory"]["released_parts"], 4) << "2 workers x 2 layers: " << ex["memory"].dump();

@@ -55,6 +55,8 @@ TEST(Replicas, EveryExpertOnThisHostAndAWorkerGivesTheSingleNodeBitsWithBothUsed
     EXPECT_GT(b["hosts"][1]["samples_small"].get<uint64_t>(), 0u) << "decode calls measured the worker: " << b.dump();
     EXPECT_GT(b["hosts"][1]["ms_per_slot_small"].get<double>(), 0.0) << b.dump();
     EXPECT_EQ(b["balanced_calls"], b["calls"]) << "every expert has two owners: every call is a decision";
+    // decode calls: the worker's slots are the first ones of the slot order, so it sent one sum
+    EXPECT_GT(rep["workers"][0]["prefix_sum_replies"].get<uint64_t>(), 0u) << rep["workers"][0].dump();
     // the balancer's slot counts are what the layers and the worker's link counted
     EXPECT_EQ(b["hosts"][1]["slots"].get<uint64_t>(), rep["workers"][0]["slots"].get<uint64_t>()) << b.dump();
     EXPECT_EQ(b["hosts"][0]["slots"].get<uint64_t>() + b["hosts"][1]["slots"].get<uint64_t>(), sum_layers(rep, "slots"));

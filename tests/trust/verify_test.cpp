@@ -85,6 +85,32 @@ TEST(Verify, ATamperingWorkerIsCaughtWithinNResultsAndTheOutputEqualsTheSingleNo
     EXPECT_NE(strict.err.find("returned a wrong result"), std::string::npos) << strict.err;
 }
 
+TEST(Verify, AWorkersPrefixSumsAreCheckedBitForBit) {
+    // a worker owning every expert holds every slot of its rows: it replies with one sum per row (the
+    // engine's whole ADD chain), and a check compares that sum exactly, not within tolerances
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("verify_prefix"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/honest.sock", ""));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/liar.sock", "", kTamper));
+    ASSERT_EQ(run_host(c, "single", model, "mode = \"observe\"\n").exit_code, 0);
+    for (size_t i = 0; i < 2; ++i) {
+        const std::string name = i == 0 ? "honest" : "liar";
+        CommandResult r = run_host(c, name, model, "verify_every = 1\nmode = \"experts\"\n" + worker(c, i, "experts", "\"0-7\""));
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_EQ(compare(c, "single", name), 0) << name << ": the output equals the single-node run";
+        const json w = load_json(c.dir + "/" + name + ".json")["workers"][0];
+        EXPECT_GT(w["prefix_sum_replies"].get<int>(), 0) << w.dump();
+        if (i == 0) {
+            EXPECT_EQ(w["verify"]["mismatches"], 0) << w.dump();
+            EXPECT_EQ(w["verify"]["checked"], w["prefix_sum_replies"]) << "every sum checked, and equal bit for bit: " << w.dump();
+            EXPECT_EQ(w["verify"]["max_abs"], 0.0) << w.dump();
+        } else {
+            EXPECT_EQ(w["verify"]["mismatches"], 1) << w.dump();
+            EXPECT_NE(w["untrusted"].get<std::string>().find("returned a wrong result"), std::string::npos) << w.dump();
+        }
+    }
+}
+
 TEST(Verify, RowsShardAndPartialCombineAreVerifiedAndShadowChecksAct) {
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     Cluster c{test_dir("verify_modes"), {}};
