@@ -25,6 +25,9 @@
 #include <random>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 using namespace moezip;
 using namespace moezip_test;
 
@@ -725,6 +728,62 @@ TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
             EXPECT_EQ(ask(lo, part_frames(r, a.instance(), Part::lo)).h.kind, (uint16_t) MsgKind::result)
                 << "the slice packed (into its own memory) before the change is still served";
         }
+    }
+}
+
+TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARenameIsNot) {
+    // Found by a breaker: a --mmap worker compared size and modification time only; the same bytes
+    // count of another model written over the file, with `touch -d` setting the time back, was
+    // computed from with a clean report. The status-change time cannot be set back: when it moves,
+    // the digests are read again from the mapping.
+    const std::string other = fixture_model({"--preset", "tiny", "--type", "q8_0", "--seed", "7"});
+    ASSERT_FALSE(other.empty());
+    const std::string dir = test_dir("worker_rewritten_in_place");
+    const ComputeRequest r = random_request(0, 2, 91);
+    auto copy = [](const std::string & from, const std::string & to) { return run_command({"/bin/cp", from, to}).exit_code == 0; };
+    auto result_of = [&](WorkerProcess & w) {
+        WorkerClient c(w.endpoint(), w.instance());
+        return ask_compute(c, r);
+    };
+    // 1. rewritten in place, the modification time set back: refused, now and later
+    {
+        const std::string model = dir + "/m.gguf";
+        ASSERT_TRUE(copy(tiny_model(), model));
+        WorkerProcess w;
+        ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir)) << w.error();
+        ASSERT_EQ(result_of(w).h.kind, (uint16_t) MsgKind::result);
+        struct stat before;
+        ASSERT_EQ(stat(model.c_str(), &before), 0);
+        ASSERT_EQ(run_command({"/bin/dd", "if=" + other, "of=" + model, "conv=notrunc", "status=none"}).exit_code, 0);
+        const struct timespec times[2] = {before.st_atim, before.st_mtim};
+        ASSERT_EQ(utimensat(AT_FDCWD, model.c_str(), times, 0), 0);
+        struct stat after;
+        ASSERT_EQ(stat(model.c_str(), &after), 0);
+        ASSERT_EQ(after.st_size, before.st_size);
+        ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec) << "the size and modification time are the old ones";
+        for (int i = 0; i < 2; ++i) {
+            WorkerReply rep = result_of(w);
+            ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << rep.text();
+            EXPECT_NE(rep.text().find("rewritten in place"), std::string::npos) << rep.text();
+        }
+    }
+    // 2. replaced by a rename (the way to update a model): the worker keeps its open file, whose
+    // bytes did not change, and serves the same result
+    {
+        const std::string model = dir + "/r.gguf";
+        ASSERT_TRUE(copy(tiny_model(), model));
+        WorkerProcess w;
+        ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/r.sock", "--mmap"}, dir)) << w.error();
+        const WorkerReply first = result_of(w);
+        ASSERT_EQ(first.h.kind, (uint16_t) MsgKind::result);
+        ASSERT_TRUE(copy(other, dir + "/r.new"));
+        ASSERT_EQ(rename((dir + "/r.new").c_str(), model.c_str()), 0);
+        const WorkerReply again = result_of(w);
+        ASSERT_EQ(again.h.kind, (uint16_t) MsgKind::result) << again.text();
+        ASSERT_EQ(again.frames.size(), first.frames.size());
+        ASSERT_GE(first.frames.size(), 1u);
+        ASSERT_EQ(again.frames[0].size(), first.frames[0].size());
+        EXPECT_EQ(memcmp(again.frames[0].data(), first.frames[0].data(), first.frames[0].size()), 0) << "the same bits";
     }
 }
 

@@ -222,16 +222,66 @@ uint64_t WorkerModel::give_back(const ggml_tensor * t, uint64_t start, uint64_t 
     return b - a;
 }
 
+static bool same_time(const struct timespec & a, const struct timespec & b) {
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
 Status WorkerModel::file_unchanged() const {
     const auto & parts = parts_.parts();
     for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) {
         struct stat st;
         if (fstat(parts[i].fd, &st) != 0) return Status::io_error("model " + parts[i].path + ": fstat: " + strerror(errno));
-        if ((int64_t) st.st_size != file_stamps_[i].first || st.st_mtim.tv_sec != file_stamps_[i].second.tv_sec ||
-            st.st_mtim.tv_nsec != file_stamps_[i].second.tv_nsec)
+        const FileStamp & f = file_stamps_[i];
+        if ((int64_t) st.st_size != f.size || !same_time(st.st_mtim, f.mtime))
             return Status::io_error("model " + parts[i].path + " changed on disk since this worker loaded it (size or modification "
                                     "time): its bytes are no longer the ones hello_ok's digests name; restart the worker");
+        if (!same_time(st.st_ctim, f.ctime))
+            return Status::io_error("model " + parts[i].path + " had its status changed on disk since this worker loaded it "
+                                    "(status-change time: written with its modification time set back, renamed, unlinked or "
+                                    "chmod'ed): its bytes are not read again; restart the worker");
     }
+    return Status::ok();
+}
+
+std::string WorkerModel::digests_differ() const {
+    for (const WorkerLayer & l : layers_) {
+        const ExpertWeights & w = l.weights;
+        for (const auto & kv : l.digests) {
+            const int e = kv.first;
+            const uint64_t now = expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
+                                                           l.local_of.empty() ? e : l.local_of[(size_t) e]);
+            if (now != kv.second) return "layer " + std::to_string(l.il) + ", expert " + std::to_string(e);
+        }
+    }
+    return "";
+}
+
+Status WorkerModel::mapping_unchanged() const {
+    if (!mapping_changed_.empty()) return Status::io_error(mapping_changed_);
+    const auto & parts = parts_.parts();
+    bool status_moved = false;
+    std::vector<struct timespec> ctimes(parts.size());
+    for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) {
+        struct stat st;
+        if (fstat(parts[i].fd, &st) != 0) return Status::io_error("model " + parts[i].path + ": fstat: " + strerror(errno));
+        const FileStamp & f = file_stamps_[i];
+        if ((int64_t) st.st_size != f.size || !same_time(st.st_mtim, f.mtime)) {
+            mapping_changed_ = "model " + parts[i].path + " changed on disk since this worker loaded it (size or modification time): "
+                               "its mapping no longer reads the bytes hello_ok's digests name; restart the worker";
+            return Status::io_error(mapping_changed_);
+        }
+        ctimes[i] = st.st_ctim;
+        status_moved = status_moved || !same_time(st.st_ctim, f.ctime);
+    }
+    if (!status_moved) return Status::ok();
+    // the content may or may not have changed: the mapping is read in full once to tell
+    const std::string differs = digests_differ();
+    if (!differs.empty()) {
+        mapping_changed_ = "model " + path_ + " was rewritten in place since this worker loaded it (" + differs +
+                           " no longer has the digest hello_ok named; its modification time was set back): restart the worker";
+        return Status::io_error(mapping_changed_);
+    }
+    for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) file_stamps_[i].ctime = ctimes[i];
     return Status::ok();
 }
 
@@ -400,7 +450,7 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     for (const GgufPart & p : parts_.parts()) {  // what file_unchanged() compares with
         struct stat fs;
         if (fstat(p.fd, &fs) != 0) return Status::io_error("model " + p.path + ": fstat: " + strerror(errno));
-        file_stamps_.emplace_back((int64_t) fs.st_size, fs.st_mtim);
+        file_stamps_.push_back({(int64_t) fs.st_size, fs.st_mtim, fs.st_ctim});
     }
     st = opt.use_mmap ? place_mmap() : place_anonymous();
     mapped_ = opt.use_mmap;
