@@ -31,6 +31,7 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
                                       : Status::unsupported("this libzmq has no CURVE support");
         if (!st) {
             w.refused = "worker " + w.cfg->endpoint + " refused: client_key: " + st.message();
+            remember_refusal(w, w.refused);
             LOG_ERROR("%s", w.refused.c_str());
             pending_errors_.push_back(w.refused);
         }
@@ -234,7 +235,17 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     return Status::ok();
 }
 
-void Dispatcher::note_refusal(Worker & w) {
+// Refusal messages the report keeps per worker for the whole run (refusals_first).
+constexpr size_t kRefusalsKept = 8;
+
+void Dispatcher::remember_refusal(Worker & w, const std::string & why) {
+    ++w.refusals;
+    if (w.refusals_first.size() < kRefusalsKept)
+        w.refusals_first.push_back((w.instance ? "instance " + hex64(w.instance) + ": " : std::string()) + why);
+}
+
+void Dispatcher::note_refusal(Worker & w, const std::string & why) {
+    remember_refusal(w, why);
     w.refused_instance = w.instance;
     w.refused_backoff_ms = 1000;
     w.refused_probe_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.refused_backoff_ms);
@@ -274,7 +285,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
             w.said_hello = false;
             if (st.code() == Status::Code::mismatch) {
                 w.refused = st.message();
-                note_refusal(w);
+                note_refusal(w, st.message());
                 LOG_ERROR("%s", st.message().c_str());
                 if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             } else {
@@ -292,7 +303,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         Status st = check_layer(w, r);
         if (!st) {
             w.plans_refused[r.plan_id] = st.message();
-            note_refusal(w);
+            note_refusal(w, st.message());
             LOG_ERROR("%s", st.message().c_str());
             if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             return false;
@@ -348,6 +359,7 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     if (why.message().find("worker error bad_plan") != std::string::npos && ++w.bad_plan_streak >= 2) {
         // refused again right after a hello that stated the plan: the worker will not take it
         w.refused = "worker " + w.cfg->endpoint + " refused: it does not accept this host's plan (" + why.message() + ")";
+        remember_refusal(w, w.refused);
         LOG_ERROR("%s", w.refused.c_str());
         if (pending_errors_.size() < 50) pending_errors_.push_back(w.refused);
     }
@@ -410,6 +422,8 @@ nlohmann::json Dispatcher::stats_json() const {
         j["over_budget"] = w.over_budget;
         j["numerics"] = w.inexact.empty() ? "exact" : "approximate";
         if (!w.inexact.empty()) j["inexact"] = w.inexact;  // which outputs are not bit-exact: all it computed
+        j["refusals"] = w.refusals;  // every refusal of the run, also those dropped since
+        if (!w.refusals_first.empty()) j["refusals_first"] = w.refusals_first;
         if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
             for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;

@@ -138,10 +138,19 @@ private:
         std::chrono::steady_clock::time_point refused_probe_at{};
         int refused_backoff_ms = 0;
         uint64_t replaced_after_refusal = 0;  // refusals dropped because a new instance answered
+        // Every refusal of the run, kept for the report when the refusals themselves are dropped (a
+        // replaced instance, or plans forgotten when the engine frees the model at exit): how many,
+        // and the first kRefusalsKept messages, each with the instance it bound.
+        uint64_t refusals = 0;
+        std::vector<std::string> refusals_first;
     };
 
-    /// Notes a refusal of worker w's current instance (the first back-off starts now).
-    void note_refusal(Worker & w);
+    /// Notes a refusal of worker w's current instance (the first back-off starts now) and keeps
+    /// `why` for the report (remember_refusal).
+    void note_refusal(Worker & w, const std::string & why);
+    /// Counts a refusal of worker w and keeps the first ones' messages for the report's `refusals`
+    /// and `refusals_first`, which outlive the refusal itself.
+    static void remember_refusal(Worker & w, const std::string & why);
     /// Called while worker w is refused: at most once per back-off, says hello; true when another
     /// instance than the refused one answered (every refusal dropped: verify it as a new worker).
     bool replaced_since_refusal(Worker & w, const MoeRegion & r);

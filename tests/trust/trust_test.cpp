@@ -184,6 +184,13 @@ TEST_P(WorkerReplaced, ANewInstanceIsVerifiedAgainBeforeItComputes) {
         // another model: refused by content, never computed anything for this host
         EXPECT_NE(counters.find("rows 0, pairs 0"), std::string::npos) << counters;
         EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
+        // the final report keeps the refusal, though the engine freed the model (and its plans) at
+        // exit; a breaker found `refused` empty and no plans_refused after such a run
+        EXPECT_GE(w["refusals"].get<int>(), 1) << w.dump();
+        ASSERT_TRUE(w.contains("refusals_first")) << w.dump();
+        const std::string first_refusal = w["refusals_first"][0].get<std::string>();
+        EXPECT_NE(first_refusal.find("instance " + moezip::hex64(c.workers[1]->instance())), std::string::npos) << first_refusal;
+        EXPECT_NE(first_refusal.find("weights differ from this host's"), std::string::npos) << first_refusal;
     }
 }
 
@@ -228,6 +235,7 @@ TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
     EXPECT_EQ(w["replaced_after_refusal"], 1) << w.dump();
     EXPECT_EQ(w["identity"]["instance"].get<std::string>(), moezip::hex64(c.workers[2]->instance())) << w.dump();
     EXPECT_EQ(w.value("plans_refused", json::object()).size(), 0u) << "B's refusals were dropped with B: " << w.dump();
+    EXPECT_GE(w["refusals"].get<int>(), 1) << "... and are still counted: " << w.dump();
     ASSERT_EQ(c.workers[2]->stop(SIGTERM, 5000), 0);
     EXPECT_EQ(c.workers[2]->stderr_text().find("rows 0,"), std::string::npos) << "A again computed: " << c.workers[2]->stderr_text();
 }
