@@ -271,14 +271,33 @@ bool Dispatcher::replaced_since_refusal(Worker & w, const MoeRegion & r) {
     return true;
 }
 
+namespace {
+
+// Adds the time of a scope to `sum_ms` once `counts` is set (usable()'s hellos and checks).
+struct SetupClock {
+    double & sum_ms;
+    bool counts = false;
+    const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~SetupClock() {
+        if (counts) sum_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+};
+
+} // namespace
+
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
+    SetupClock clock{setup_ms_};
     if (w.trust.untrusted()) return false;  // caught computing wrong results: never again this run
-    if ((!w.refused.empty() || w.plans_refused.count(r.plan_id)) && !replaced_since_refusal(w, r)) return false;
+    if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) {
+        clock.counts = true;  // a hello, once per back-off
+        if (!replaced_since_refusal(w, r)) return false;
+    }
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     ensure_link(w, r);
     if (!w.said_hello) {
+        clock.counts = true;  // hello (and the wait for a connection) and the identity check
         Status st = hello(w);
         if (st) st = check_identity(w);
         if (!st) {
@@ -300,6 +319,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.logged_down = false;
     }
     if (!w.plans_ok.count(r.plan_id)) {
+        clock.counts = true;  // the plan's weights checked, digests made here
         Status st = check_layer(w, r);
         if (!st) {
             w.plans_refused[r.plan_id] = st.message();

@@ -129,7 +129,7 @@ Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeigh
 Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();
-    const double digest0 = digest_ms();
+    const double checks0 = checks_ms();
     gather_inputs(r);
     if (n < cfg_.rows.min_rows || disp_.n_workers() == 0) {
         Status st = compute_rows_here(r, 0, n);
@@ -166,7 +166,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     c.local_slots += blocks[0].count * k;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
-    digest_time_to_setup(digest0, c);
+    checks_time_to_setup(checks0, c);
     share_bal_.observe(0, call_size(n), (double) blocks[0].count, ms_between(t_own, t_local));
     // 3. results land in their original row positions
     float * out = static_cast<float *>(r.out->data);

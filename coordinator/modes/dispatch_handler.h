@@ -55,13 +55,14 @@ public:
     /// content digests (coordinator/dispatch/expert_digests_here.h) and the time it took.
     nlohmann::json memory_json() const override;
 protected:
-    /// ms this host has spent on identity digests so far (Dispatcher::check_layer: the workers'
-    /// experts read here once per plan and worker).
-    double digest_ms() const { return disp_.digests_here().ms(); }
-    /// Moves the digest time since `before` (digest_ms() when the call began) out of c.ms_local into
-    /// c.ms_setup: a plan's first call checks the workers' weights once; that is not compute.
-    void digest_time_to_setup(double before, LayerCounters & c) const {
-        const double d = digest_ms() - before;
+    /// ms this host has spent so far making workers usable (Dispatcher::setup_ms: hellos and the
+    /// waits for a connection, identity and plan checks, the digests of the workers' experts).
+    double checks_ms() const { return disp_.setup_ms(); }
+    /// Moves the checks' time since `before` (checks_ms() when the call began) out of c.ms_local
+    /// into c.ms_setup: a worker's first call (or a worker not answering its hello) is not compute
+    /// here. A breaker saw 1.5 s of waiting for a stopped worker's handshake counted as ms_local.
+    void checks_time_to_setup(double before, LayerCounters & c) const {
+        const double d = checks_ms() - before;
         c.ms_local -= d;
         c.ms_setup += d;
     }

@@ -150,7 +150,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before ms_local's clock starts
     auto t0 = std::chrono::steady_clock::now();
     c.ms_setup += ms_between(t_setup, t0);
-    const double digest0 = digest_ms();
+    const double checks0 = checks_ms();
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
     const CallSize size = call_size(n);
@@ -198,7 +198,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         if (i == 0 || local_pairs[i].first != local_pairs[i - 1].first) ++c.local_rows;
     auto t_local = std::chrono::steady_clock::now();
     c.ms_local += ms_between(t0, t_local);
-    digest_time_to_setup(digest0, c);
+    checks_time_to_setup(checks0, c);
     balancer_.observe_compute(0, size, (int64_t) local_pairs.size(), ms_between(t_own, t_local));
 
     // 3. collect; a failed part is computed here or stops the compute

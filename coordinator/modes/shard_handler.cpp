@@ -77,7 +77,7 @@ std::string ShardHandler::refuses(const MoeRegion & r) const {
 Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();
-    const double digest0 = digest_ms();
+    const double checks0 = checks_ms();
     gather_inputs(r);
     const int64_t block = disp_.api().ggml_blck_size(r.down_exps->type);
     if (r.n_ff % block != 0)
@@ -138,7 +138,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     share_bal_.observe(0, call_size(n), (double) (n * (slices[0].count / block)), ms_between(t_own, t_local));  // packing included, as in a worker's service time
     c.ms_local += ms_between(t0, t_local) - setup_ms;
     c.ms_setup += setup_ms;
-    digest_time_to_setup(digest0, c);
+    checks_time_to_setup(checks0, c);
     // 3. partial sums from the workers
     for (auto & p : pending) {
         WorkerLink & link = disp_.link(p.first);

@@ -93,6 +93,29 @@ TEST(Chaos, WorkersStoppedKilledAndRestartedMidDecodeLeaveTheSingleNodeOutput) {
     EXPECT_EQ(worker_counter(c.workers[1]->stderr_text(), "(hello"), 2u) << "probed again after it came back: " << c.workers[1]->stderr_text();
 }
 
+TEST(Chaos, AStoppedWorkersHandshakeIsCountedAsSetupNotAsComputeHere) {
+    // Found by a breaker: layer 0's ms_local held the 1.5 s this host waited for a stopped worker's
+    // handshake (connect_timeout_ms), as if it had computed that long. Waits for a worker to become
+    // usable (hello, identity and plan checks) are setup.
+    const std::string model = tiny_q8();
+    Cluster c{test_dir("stopped_handshake"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    ASSERT_EQ(kill(c.workers[0]->pid(), SIGSTOP), 0);
+    const std::string cfg = write_moezip_config(c.dir, "stopped", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n"
+                                                                  "[dispatch]\nconnect_timeout_ms = 1000\n"
+                                                                  "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\nexperts = \"4-7\"\n");
+    CommandResult r = run_preloaded({bin_path("moezip-run"), "-m", model, "--fixture", "8", "-n", "4", "--no-repack", "--quiet"}, cfg);
+    kill(c.workers[0]->pid(), SIGCONT);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json rep = load_json(c.dir + "/stopped.json");
+    const json & l0 = rep["layers"][0];
+    EXPECT_GE(l0["ms_setup"].get<double>(), 900.0) << "the handshake's wait: " << l0.dump();
+    EXPECT_LT(l0["ms_local"].get<double>(), 500.0) << "computing 8 tiny rows here takes ms: " << l0.dump();
+    EXPECT_LT(l0["first_call"]["ms_local"].get<double>(), 500.0) << l0.dump();
+    EXPECT_GE(l0["first_call"]["ms_setup"].get<double>(), 900.0) << l0.dump();
+    EXPECT_GT(l0["fallbacks"].get<int>(), 0) << "the stopped worker's part was computed here: " << l0.dump();
+}
+
 namespace {
 
 // Fuzzing: messages built from one valid request. Every message must get exactly one reply.
