@@ -146,3 +146,34 @@ TEST(LinkLoss, ARequestSentAfterTheWorkerExitedIsNotWaitedFor) {
     EXPECT_EQ(link.stats().timeouts, 0u);
     EXPECT_LT(waited, 10000.0) << "half the timeout at most";
 }
+
+TEST(HostileReply, AServiceTimeLongerThanTheRoundTripIsClampedToIt) {
+    // Found by a breaker: a fake worker saying service_us = 2^32-1 gave service_ms_p50 4294967 and a
+    // negative round trip minus service in the report, and steered automatic shares. The worker's own
+    // time cannot exceed the round trip the link measured.
+    const std::string dir = test_dir("hostile_service_time");
+    static const float result[2] = {1.0f, 2.0f};
+    FakeWorkerSocket fake("ipc://" + dir + "/fake.sock", [](const moezip::MsgHeader & h) {
+        moezip::MsgHeader r = moezip::msg_header_make(moezip::MsgKind::result);
+        r.request_id = h.request_id;
+        r.service_us = UINT32_MAX;
+        moezip::msg_header_set_frame(r, 0, moezip::WireType::f32, result, sizeof result);
+        std::vector<zmq::message_t> out;
+        out.emplace_back(&r, sizeof r);
+        out.emplace_back(result, sizeof result);
+        return out;
+    });
+    zmq::context_t ctx(1);
+    moezip::WorkerLink link(ctx, fake.endpoint(), 5000);
+    ASSERT_TRUE(send_compute(link, 3));
+    const auto t0 = std::chrono::steady_clock::now();
+    moezip::MsgHeader rh;
+    zmq::message_t data;
+    ASSERT_TRUE(link.recv(3, rh, data));
+    const double bound_ms = ms_since(t0) + 5000;  // the round trip began before t0, within the send's wait
+    EXPECT_LE(rh.service_us / 1000.0, bound_ms) << rh.service_us;
+    ASSERT_EQ(link.stats().service_ms.size(), 1u);
+    EXPECT_LE(link.stats().service_ms[0], link.stats().rtt_ms[0]);
+    EXPECT_GE(link.stats().rtt_minus_service_ms[0], 0.0f);
+    EXPECT_LE(link.stats().service_ms_total, link.stats().rtt_ms[0]);
+}
