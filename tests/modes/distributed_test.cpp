@@ -96,6 +96,10 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
         EXPECT_GE(l["local_rows"].get<int>(), 31) << "decode rows must run locally: " << l.dump();
     }
     EXPECT_EQ(rows["layers"][0]["remote_rows"], 64);  // half of the 128 prefill rows of layer 0
+    // no one-row request went out: those round-trip figures are null, not a measured-looking 0
+    EXPECT_EQ(rows["workers"][0]["one_row_requests"], 0) << rows["workers"][0].dump();
+    EXPECT_TRUE(rows["workers"][0]["rtt_ms_p50_one_row"].is_null()) << rows["workers"][0].dump();
+    EXPECT_TRUE(rows["workers"][0]["rtt_ms_p99_one_row"].is_null()) << rows["workers"][0].dump();
     // experts mode: decode is distributed too
     json ex = load_json(c.dir + "/experts_two_ways.json");
     EXPECT_EQ(ex["layers"][0]["local_slots"], 0);

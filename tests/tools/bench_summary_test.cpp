@@ -212,6 +212,17 @@ TEST(BenchSummary, AStallIsJudgedOnTheDecodeRoundTrips) {
     // reports before the one-row figures: all round trips, as before
     json old = {{"endpoint", "tcp://w"}, {"rtt_ms_p50", 1.35}, {"rtt_ms_p99", 465.0}};
     EXPECT_EQ(stalled(old), "true\n");
+    // a request that timed out is in no percentile (a breaker's run: timeouts 1, decode p99 2 ms)
+    json timed_out = calm;
+    timed_out["timeouts"] = 1;
+    EXPECT_EQ(stalled(timed_out), "true\n");
+    // ... also when no request came back at all (the percentiles are null then)
+    json none_back = {{"endpoint", "tcp://w"}, {"rtt_ms_p50", nullptr}, {"rtt_ms_p99", nullptr}, {"one_row_requests", 0},
+                      {"rtt_ms_p50_one_row", nullptr}, {"rtt_ms_p99_one_row", nullptr}, {"timeouts", 2}};
+    EXPECT_EQ(stalled(none_back), "true\n");
+    json nothing_sent = none_back;
+    nothing_sent["timeouts"] = 0;
+    EXPECT_EQ(stalled(nothing_sent), "null\n") << "a worker with no round trip tells nothing";
 }
 
 // The driver adds pairs to the ratios that are not resolved (tools/bench/unresolved.js): it must name

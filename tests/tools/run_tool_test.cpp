@@ -94,6 +94,12 @@ TEST(RunTool, JsonReportHasSchemaAndOneHashPerToken) {
     expect_decode_steps(j, 11);
     // an even number of steps: the median is the mean of the middle two
     expect_decode_steps(run_json(dir, "even", {"-m", model, "-p", "Once upon a time", "-n", "5", "-c", "300"}), 4);
+    // one token: no decode step, so no rate and no median (null, not a measured-looking 0)
+    const nlohmann::json one = run_json(dir, "one", {"-m", model, "-p", "Once upon a time", "-n", "1", "-c", "300"});
+    EXPECT_EQ(one["decode"]["tokens"], 0);
+    EXPECT_TRUE(one["decode"]["tok_s"].is_null()) << one["decode"].dump();
+    EXPECT_TRUE(one["decode"]["step_ms_median"].is_null()) << one["decode"].dump();
+    EXPECT_GT(one["prefill"]["tok_s"].get<double>(), 0.0);
 }
 
 TEST(RunTool, SameFlagsGiveSameTokensAndLogits) {

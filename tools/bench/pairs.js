@@ -46,13 +46,15 @@ function pair_ratios(runs, by_pair, ref_variant, ph) {
 /// A run stalled when any worker's round-trip p99 is at least 5x its p50 (the preload's report): a
 /// few descheduled milliseconds on either side, which a mean would spread over every step. Taken
 /// over the one-row requests (decode calls) where the report has them: a timed run's prompt calls
-/// (hundreds of ms) would otherwise be the p99 of every run. null when the run has no workers to
-/// tell (unhooked runs, llama-bench).
+/// (hundreds of ms) would otherwise be the p99 of every run. A worker request that timed out is a
+/// stall too (it never enters the percentiles). null when the run has no workers to tell (unhooked
+/// runs, llama-bench).
 function run_stalled(r) {
-    const ws = ((r.report_json && r.report_json.workers) || []).filter((w) => w.endpoint && w.rtt_ms_p50 > 0);
+    const ws = ((r.report_json && r.report_json.workers) || []).filter((w) => w.endpoint && (w.rtt_ms_p50 > 0 || w.timeouts > 0));
     if (!ws.length) return null;
-    return ws.some((w) => (w.one_row_requests > 0 ? w.rtt_ms_p99_one_row >= 5 * w.rtt_ms_p50_one_row
-                                                   : w.rtt_ms_p99 >= 5 * w.rtt_ms_p50));
+    // a request that timed out never enters the percentiles: it is a stall by itself
+    return ws.some((w) => w.timeouts > 0 || (w.one_row_requests > 0 ? w.rtt_ms_p99_one_row >= 5 * w.rtt_ms_p50_one_row
+                                                                      : w.rtt_ms_p99 >= 5 * w.rtt_ms_p50));
 }
 
 module.exports = { REFERENCE_OF, pair_ratios, run_stalled };

@@ -35,18 +35,23 @@ static nlohmann::ordered_json settings_json(const run_options & o, uint32_t n_ct
     return s;
 }
 
+// tok_s is null for a phase with no token or no time (-n 0 or 1: no decode step): a rate of 0
+// would read as a measured one.
 static nlohmann::ordered_json timing_json(int32_t n_tokens, double ms) {
-    return {{"tokens", n_tokens}, {"ms", ms}, {"tok_s", tokens_per_s(n_tokens, ms)}};
+    nlohmann::ordered_json j = {{"tokens", n_tokens}, {"ms", ms}, {"tok_s", nullptr}};
+    if (n_tokens > 0 && ms > 0) j["tok_s"] = tokens_per_s(n_tokens, ms);
+    return j;
 }
 
 // The decode timing plus each step's ms and their median (mean of the middle two for an even
-// count; 0 with no step).
+// count; null with no step).
 static nlohmann::ordered_json decode_json(const generate_result & r) {
     nlohmann::ordered_json j = timing_json(r.n_decode, r.decode_ms);
     std::vector<double> sorted = r.decode_step_ms;
     std::sort(sorted.begin(), sorted.end());
     const size_t n = sorted.size();
-    j["step_ms_median"] = n == 0 ? 0.0 : n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    if (n == 0) j["step_ms_median"] = nullptr;
+    else j["step_ms_median"] = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     j["step_ms"] = r.decode_step_ms;
     return j;
 }
