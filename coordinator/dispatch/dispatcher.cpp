@@ -165,6 +165,13 @@ Status Dispatcher::check_identity(const Worker & w) const {
                                 "the verify tolerances");
     if (json_str(id, "ggml_commit") != self_.ggml_commit)
         return Status::mismatch(who + "it runs ggml " + json_str(id, "ggml_commit") + ", this host " + self_.ggml_commit);
+    // Identity is the process, not the endpoint: two [[worker]] entries that reach one process
+    // (tcp://127.0.0.1:P and tcp://localhost:P, a DNS alias) would compute both entries' parts on
+    // one host while the report counted two.
+    for (const Worker & o : workers_)
+        if (&o != &w && o.said_hello && o.instance != 0 && o.instance == w.instance)
+            return Status::mismatch(who + "it is the same worker process (instance " + hex64(w.instance) + ") as [[worker]] " +
+                                    o.cfg->endpoint + ": give each [[worker]] entry its own moezip-worker");
     return Status::ok();
 }
 

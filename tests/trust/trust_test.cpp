@@ -240,6 +240,36 @@ TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
     EXPECT_EQ(c.workers[2]->stderr_text().find("rows 0,"), std::string::npos) << "A again computed: " << c.workers[2]->stderr_text();
 }
 
+TEST(WorkerReplaced, TwoWorkerEntriesReachingOneProcessAreRefusedByItsInstance) {
+    // Found by a breaker: tcp://127.0.0.1:P and tcp://localhost:P passed the config's duplicate
+    // endpoint check (text) and both were used: one process computed both entries' experts.
+    const std::string a = model_a();
+    Cluster c{test_dir("one_process_two_entries"), {}};
+    ASSERT_TRUE(c.start_worker(a, "tcp://127.0.0.1:*", ""));
+    const std::string ep = c.workers[0]->endpoint();
+    const std::string port = ep.substr(ep.rfind(':') + 1);
+    auto run = [&](const std::string & name, const std::string & body) {
+        return run_preloaded({bin_path("moezip-run"), "-m", a, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
+                              "--json", c.dir + "/" + name + "-run.json"}, write_moezip_config(c.dir, name, body));
+    };
+    ASSERT_EQ(run("single", "mode = \"observe\"\n").exit_code, 0);
+    CommandResult host = run("dist", "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n"
+                                     "[[worker]]\nendpoint = \"" + ep + "\"\nexperts = \"4-5\"\n"
+                                     "[[worker]]\nendpoint = \"tcp://localhost:" + port + "\"\nexperts = \"6-7\"\n");
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(load_json(c.dir + "/single-run.json")["logits_xxh3"], load_json(c.dir + "/dist-run.json")["logits_xxh3"])
+        << "the refused entry's experts computed here";
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_TRUE(errors_mention(rep, "is the same worker process")) << rep["errors"].dump();
+    int used = 0, refused = 0;
+    for (const json & w : rep["workers"]) {
+        if (w["refusals"].get<int>() > 0) ++refused;
+        if (w["slots"].is_number() && w["slots"].get<int>() > 0) ++used;
+    }
+    EXPECT_EQ(refused, 1) << rep["workers"].dump();
+    EXPECT_EQ(used, 1) << "the first entry to say hello keeps the process: " << rep["workers"].dump();
+}
+
 TEST(WorkerReplaced, ComputeForAnotherInstanceIsRefusedByTheWorker) {
     // the protocol side of it: a request addressed to the instance before the restart is not computed
     Cluster c{test_dir("replaced_protocol"), {}};
