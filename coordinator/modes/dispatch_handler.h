@@ -202,6 +202,9 @@ private:
     Status compute_pairs_here(const MoeRegion & r, const std::vector<std::pair<int64_t, int64_t>> & pairs);
     /// Computes pairs with weights w into slots_, each pair as a batch row of one slot.
     Status compute_pairs_with(const MoeRegion & r, const ExpertWeights & w, const std::vector<std::pair<int64_t, int64_t>> & pairs);
+    /// Exact combine into out [n_embd, n_rows]: every row's slots in the engine's slot order from
+    /// slots_, or continued from a worker's sum of the row's first slots (Part::prefix_sums).
+    void combine_exact(const MoeRegion & r, const std::vector<Part> & parts, float * out);
     Status merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call);
     bool verify_part(const MoeRegion & r, size_t w, const Part & p, bool exact, Status & st);
     /// Once per (plan, worker), after worker w served the region's weights: drop this host's pages
@@ -218,6 +221,8 @@ private:
     uint64_t partial_calls_ = 0;
     std::vector<float> pair_hidden_, pair_weights_, pair_out_;
     std::vector<int32_t> pair_ids_;
+    std::vector<const char *> prefix_at_;  // combine_exact: per row, a worker's sum of its first slots
+    std::vector<int64_t> prefix_len_;      // ... and how many slots it holds (0: none)
     std::set<std::pair<uint64_t, size_t>> released_;  // (plan, worker) pairs already handled
     WeightReleaseTally release_;                      // what left this host's memory, or why nothing did
 };

@@ -271,31 +271,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
     if (exact) {
-        // every slot in slot order: the engine's ADD chain; a row whose first slots came back as one
-        // sum continues the chain from it
-        std::vector<const char *> prefix((size_t) n, nullptr);
-        std::vector<int64_t> prefix_len((size_t) n, 0);
-        bool any = false;
-        for (const Part & p : parts) {
-            if (!p.done || !p.prefix_sums) continue;
-            const char * res = static_cast<const char *>(p.result.data());  // possibly unaligned (libzmq)
-            for (size_t q = 0, i = 0; q < p.pairs.size(); ++q) {
-                if (q > 0 && p.pairs[q].first != p.pairs[q - 1].first) ++i;
-                prefix[(size_t) p.pairs[q].first] = res + i * E * sizeof(float);
-                prefix_len[(size_t) p.pairs[q].first] = p.pairs[q].second + 1;
-                any = true;
-            }
-        }
-        if (!any) {
-            moe_sum_slots(slots_.data(), E, k, n, out);
-            return Status::ok();
-        }
-        for (int64_t t = 0; t < n; ++t) {
-            if (prefix[(size_t) t] != nullptr)
-                moe_sum_slots_after_prefix(prefix[(size_t) t], prefix_len[(size_t) t], &slots_[t * k * E], E, k, out + t * E);
-            else
-                moe_sum_slots(&slots_[t * k * E], E, k, 1, out + t * E);
-        }
+        combine_exact(r, parts, out);
         return Status::ok();
     }
     return merge_partial(r, parts, shadow_call);
@@ -355,6 +331,34 @@ nlohmann::json ExpertsHandler::balance_json() const {
     std::vector<std::string> names = {"here"};
     for (const WorkerConfig & w : cfg_.workers) names.push_back(w.endpoint);
     return balancer_.to_json(names);
+}
+
+void ExpertsHandler::combine_exact(const MoeRegion & r, const std::vector<Part> & parts, float * out) {
+    const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    // rows whose first slots came back as one sum (a worker's prefix part): where it is, and m
+    prefix_at_.assign((size_t) n, nullptr);
+    prefix_len_.assign((size_t) n, 0);
+    bool any = false;
+    for (const Part & p : parts) {
+        if (!p.done || !p.prefix_sums) continue;
+        const char * res = static_cast<const char *>(p.result.data());  // possibly unaligned (libzmq)
+        for (size_t q = 0, i = 0; q < p.pairs.size(); ++q) {
+            if (q > 0 && p.pairs[q].first != p.pairs[q - 1].first) ++i;
+            prefix_at_[(size_t) p.pairs[q].first] = res + i * E * sizeof(float);
+            prefix_len_[(size_t) p.pairs[q].first] = p.pairs[q].second + 1;
+            any = true;
+        }
+    }
+    if (!any) {
+        moe_sum_slots(slots_.data(), E, k, n, out);
+        return;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        if (prefix_at_[(size_t) t] != nullptr)
+            moe_sum_slots_after_prefix(prefix_at_[(size_t) t], prefix_len_[(size_t) t], &slots_[t * k * E], E, k, out + t * E);
+        else
+            moe_sum_slots(&slots_[t * k * E], E, k, 1, out + t * E);
+    }
 }
 
 Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & parts, bool shadow_call) {
