@@ -387,7 +387,7 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     if (why.message().find("worker error bad_plan") != std::string::npos && ++w.bad_plan_streak >= 2) {
         // refused again right after a hello that stated the plan: the worker will not take it
         w.refused = "worker " + w.cfg->endpoint + " refused: it does not accept this host's plan (" + why.message() + ")";
-        remember_refusal(w, w.refused);
+        note_refusal(w, w.refused);  // binds this instance: the same process is not taken for a new one at the next probe
         LOG_ERROR("%s", w.refused.c_str());
         if (pending_errors_.size() < 50) pending_errors_.push_back(w.refused);
     }

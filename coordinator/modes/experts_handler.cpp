@@ -312,10 +312,11 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), service);
-    // payload: an exact-combine reply carries one output row per slot, a partial one (or a prefix
-    // sum) one sum per row
+    // payload, in the unit the balancer's transfer cost is per (ExpertBalancer::expected_ms): slots
+    // with exact combine (a prefix-sum reply's fewer bytes then show as a lower cost per slot), rows
+    // with partial combine
     const bool exact = cfg_.experts.combine == ExpertCombine::exact;
-    const double payload = exact && !p.prefix_sums ? (double) p.pairs.size() : (double) p.rows.size();
+    const double payload = exact ? (double) p.pairs.size() : (double) p.rows.size();
     balancer_.observe_overhead(1 + w, overhead_sample(size, payload, p.sent_at, t_wait, now, service));
 }
 

@@ -4,6 +4,7 @@
 #include "coordinator/wire/endpoint_probe.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <atomic>
 #include <random>
 #include <cerrno>
@@ -280,13 +281,14 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                                         " was verified (the worker restarted or was replaced): discarded");
             }
             stats_.hash_ok += parts.size() - 1;
-            const auto rtt_d = std::chrono::steady_clock::now() - sent_at_;
-            const float rtt = std::chrono::duration<float, std::milli>(rtt_d).count();
             // The worker's own time is its word: a request is never served longer than its round
             // trip, so more is clamped there for every reader (the report, the balancers). A breaker's
             // fake worker said 2^32-1 us: negative transfer times, and automatic shares it steered.
-            const int64_t rtt_us = std::chrono::duration_cast<std::chrono::microseconds>(rtt_d).count();
-            if ((int64_t) h.service_us > rtt_us) h.service_us = (uint32_t) std::max<int64_t>(rtt_us, 0);
+            // Both in whole us, converted alike, so round trip minus service is never below 0.
+            const int64_t rtt_us = std::max<int64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at_).count(), 0);
+            if ((int64_t) h.service_us > rtt_us) h.service_us = (uint32_t) std::min<int64_t>(rtt_us, UINT32_MAX);
+            const float rtt = (float) (rtt_us / 1000.0);
             if (stats_.rtt_ms.size() < 1000000) stats_.rtt_ms.push_back(rtt);
             if (sent_rows_ == 1 && stats_.rtt_ms_one_row.size() < 1000000) stats_.rtt_ms_one_row.push_back(rtt);
             if (h.kind == static_cast<uint16_t>(MsgKind::result)) {

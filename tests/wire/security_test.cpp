@@ -240,7 +240,10 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
                         {R"({"mode":"shard","shares":[0.5,0.6],"slice":1})", "sum to 1"},
                         {R"({"mode":"shard","shares":[0.5,0.5],"slice":2})", "index into shares"},
                         {R"({"mode":"shard","shares":[1,0],"slice":1})", "slice 1 has share 0: an empty n_ff slice"},
+                        // smaller than one block of n_ff in every layer: empty too (found by a breaker)
+                        {R"({"mode":"shard","shares":[1,1e-300],"slice":1})", "holds no whole block of n_ff in any layer"},
                         {R"({"mode":"anything"})", "unknown"},
+                        {R"(NaN)", "hello: not JSON"},
                         {R"(["not an object"])", "missing"}};
     for (const Case & k : bad) {
         WorkerClient c(w.endpoint(), w.instance(), "");
@@ -253,5 +256,5 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
     EXPECT_EQ(again.h.status, (int32_t) moezip::ErrorCode::bad_plan);
     EXPECT_EQ(compute(rows, 2, 4).h.status, (int32_t) moezip::ErrorCode::bad_plan) << "the rows plan is gone";
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
-    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 6u + 2u) << w.stderr_text();
+    EXPECT_EQ(worker_counter(w.stderr_text(), "bad_plan"), 2u + 8u + 2u) << w.stderr_text();
 }

@@ -14,7 +14,7 @@ Status refuse(ErrorCode & code, const std::string & why) {
     return Status::invalid_argument("hello: plan " + why);
 }
 
-Status parse_shares(const nlohmann::json & plan, WorkerPlan & out, ErrorCode & code) {
+Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, WorkerPlan & out, ErrorCode & code) {
     auto shares = plan.find("shares");
     auto slice = plan.find("slice");
     if (shares == plan.end() || !shares->is_array() || shares->empty() || shares->size() > 1024)
@@ -36,6 +36,18 @@ Status parse_shares(const nlohmann::json & plan, WorkerPlan & out, ErrorCode & c
     // Dispatcher::usable), so such a hello is not from it. A request for an empty slice is refused
     // anyway (bad_shape); this refuses the plan itself.
     if (out.shares[out.slice] == 0) return refuse(code, "slice " + std::to_string(out.slice) + " has share 0: an empty n_ff slice");
+    // A share smaller than one block of n_ff (1e-300, or one of 1024 equal shares of 768) is empty in
+    // every layer too: the slices are whole blocks (split_ff). Found by a breaker: such a hello was
+    // accepted and every request on it refused (bad_shape).
+    bool any = shape.layers.empty();
+    for (const RequestShape::Layer & l : shape.layers) {
+        int64_t first = 0, count = 0;
+        worker_plan_ff_range(out, l.n_ff, l.ff_block, first, count);
+        any = any || count > 0;
+    }
+    if (!any)
+        return refuse(code, "slice " + std::to_string(out.slice) + " (share " + std::to_string(out.shares[out.slice]) +
+                                ") holds no whole block of n_ff in any layer: an empty n_ff slice");
     return Status::ok();
 }
 
@@ -51,7 +63,7 @@ Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shap
         out.mode = WorkerPlan::Mode::rows;
     } else if (m == "shard") {
         out.mode = WorkerPlan::Mode::shard;
-        Status st = parse_shares(*plan, out, code);
+        Status st = parse_shares(*plan, shape, out, code);
         if (!st) return st;
     } else if (m == "experts") {
         out.mode = WorkerPlan::Mode::experts;
