@@ -24,6 +24,7 @@
 
 #include "coordinator/balance/expert_balance.h"
 #include "coordinator/balance/share_balance.h"
+#include "coordinator/balance/slice_change_gate.h"
 #include "coordinator/compute/down_slice.h"
 #include "coordinator/dispatch/dispatcher.h"
 #include "coordinator/memory/own_expert_copies.h"
@@ -161,6 +162,7 @@ private:
     CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
+    SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)

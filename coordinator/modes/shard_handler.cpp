@@ -86,8 +86,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     if (cfg_.shard.auto_share) adjust_slices(r.n_ff / block, n);
     const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares());
     if (!cfg_.shard.auto_share) note_empty_slices(r, block, slices);
+    std::vector<int64_t> blocks_per_host;  // local_share = "auto": what the balancer expects this call to take
     if (cfg_.shard.auto_share) {
-        std::vector<int64_t> blocks_per_host;
         for (const RowBlock & s : slices) blocks_per_host.push_back(s.count / block);
         share_bal_.count(blocks_per_host);
     }
@@ -194,6 +194,10 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         first = false;
     }
     if (shadow_call) shadow_check(r);
+    // the calls right after a slice change carry its repacks: what they took over the expected time
+    if (cfg_.shard.auto_share)
+        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()) -
+                                            share_bal_.makespan(blocks_per_host, (double) n, call_size(n)));
     return Status::ok();
 }
 
@@ -210,9 +214,20 @@ void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     std::vector<int64_t> cur;
     for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) cur.push_back(b.count);
     std::vector<int64_t> next = share_bal_.best_for_mix(n_blocks, mix_, cur);
+    if (next != cur) {
+        // a better split is taken once what the current one lost since the last change pays for
+        // the repack a change costs (slice_change_gate.h); probes below are not gated (rare: only
+        // for a host left without a slice)
+        const double calls_in_mix = mix_.calls[0] + mix_.calls[1];
+        const uint64_t since = calls_auto_ == kShardCalibrationCalls ? kShardCalibrationCalls : kShardAdjustEvery;
+        if (calls_in_mix > 0 &&
+            !change_gate_.take(share_bal_.mix_ms(cur, mix_) / calls_in_mix, share_bal_.mix_ms(next, mix_) / calls_in_mix, since))
+            next = cur;
+    }
     share_bal_.probe_idle(next, kShardProbeAdjustments);
     mix_.age();
     if (next == cur) return;
+    change_gate_.changed();
     std::vector<double> shares;
     for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
     disp_.set_shard_shares(shares);

@@ -171,6 +171,9 @@ TEST(AutoShares, ShardMovesTheSlicesToASlowWorkersSpeedWithinTolerance) {
     const json & b = rep["balance"];
     EXPECT_EQ(b["mode"], "shard");
     EXPECT_GE(b["slice_changes"].get<int>(), 1) << b.dump();
+    // the first change was taken at once and what its repacks cost was measured (slice_change_gate.h)
+    ASSERT_TRUE(b["slice_change_cost_ms"].is_number()) << b.dump();
+    EXPECT_GE(b["slice_change_cost_ms"].get<double>(), 0.0) << "tiny experts repack in microseconds: " << b.dump();
     EXPECT_LT(b["shares"][1].get<double>(), 0.5) << "the slow worker's slice shrank: " << b.dump();
     // (on so small a model the slowed worker may be worth no slice at all: its overhead alone is
     // longer than this host's whole part; it computed its half during the calibration calls)
