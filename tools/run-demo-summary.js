@@ -45,7 +45,7 @@ function summarise(r) {
     workers.forEach((w, i) => {
         lines.push(`  worker ${i} ${w.endpoint} (experts ${w.identity ? w.identity.experts : "?"}): ` +
                    `${w.requests} requests, ${w.slots} expert slots, out ${kib(w.bytes_out)}, in ${kib(w.bytes_in)}, ` +
-                   `hash checks ${w.hash_ok} ok / ${w.hash_failed} failed, rtt p50 ${Number(w.rtt_ms_p50).toFixed(3)} ms, ` +
+                   `hash checks ${w.hash_ok} ok / ${w.hash_failed} failed, rtt p50 ${w.rtt_ms_p50 == null ? "-" : Number(w.rtt_ms_p50).toFixed(3) + " ms"}, ` +
                    `errors ${w.errors}, timeouts ${w.timeouts}, fallbacks ${w.fallbacks}, ` +
                    (w.curve ? "CURVE (encrypted, keys checked)" : "plain") +
                    (w.verify && w.verify.checked ? `, ${w.verify.checked} results verified here, ${w.verify.mismatches} wrong` : ""));

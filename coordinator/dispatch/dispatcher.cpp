@@ -281,13 +281,12 @@ bool Dispatcher::replaced_since_refusal(Worker & w, const MoeRegion & r) {
 
 namespace {
 
-// Adds the time of a scope to `sum_ms` once `counts` is set (usable()'s hellos and checks).
-struct SetupClock {
-    double & sum_ms;
-    bool counts = false;
+// Adds the time of a scope to *into once it is set (usable()'s hellos and checks).
+struct UsableClock {
+    double * into = nullptr;
     const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~SetupClock() {
-        if (counts) sum_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ~UsableClock() {
+        if (into) *into += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
 };
 
@@ -295,17 +294,19 @@ struct SetupClock {
 
 bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
     Worker & w = workers_[wi];
-    SetupClock clock{setup_ms_};
+    UsableClock clock;
     if (w.trust.untrusted()) return false;  // caught computing wrong results: never again this run
     if (!w.refused.empty() || w.plans_refused.count(r.plan_id)) {
-        clock.counts = true;  // a hello, once per back-off
+        clock.into = &usable_time_.probe_ms;  // a hello, once per back-off
         if (!replaced_since_refusal(w, r)) return false;
     }
     auto now = std::chrono::steady_clock::now();
     if (now < w.down_until) return false;
     ensure_link(w, r);
     if (!w.said_hello) {
-        clock.counts = true;  // hello (and the wait for a connection) and the identity check
+        // the first hello (and the wait for a connection) and identity check of the run: setup; one
+        // after a failure probes a worker that was down: waiting for it
+        if (clock.into == nullptr) clock.into = w.failures == 0 ? &usable_time_.setup_ms : &usable_time_.probe_ms;
         Status st = hello(w);
         if (st) st = check_identity(w);
         if (!st) {
@@ -327,7 +328,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         w.logged_down = false;
     }
     if (!w.plans_ok.count(r.plan_id)) {
-        clock.counts = true;  // the plan's weights checked, digests made here
+        if (clock.into == nullptr) clock.into = &usable_time_.setup_ms;  // the plan's weights checked, digests made here
         Status st = check_layer(w, r);
         if (!st) {
             w.plans_refused[r.plan_id] = st.message();
@@ -470,7 +471,8 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
                       {"reconnects", s.reconnects}, {"disconnects", s.disconnects}, {"foreign_instance_replies", s.foreign_instance},
-                      {"parts_dropped", s.parts_dropped}, {"prefix_sum_replies", s.prefix_sum_replies}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
+                      {"parts_dropped", s.parts_dropped}, {"prefix_sum_replies", s.prefix_sum_replies},
+                      {"prefix_sum_rows", s.prefix_sum_rows}, {"prefix_sum_slots", s.prefix_sum_slots}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
         }
         arr.push_back(j);
     }

@@ -56,10 +56,15 @@ public:
     /// True when worker w may take work for region r now (connects, says hello, and checks the
     /// region's weights — its plan — the first time; false while the worker is down or refused).
     bool usable(size_t w, const MoeRegion & r);
-    /// ms spent so far in usable() making workers usable: hellos and the waits for a connection,
-    /// identity and plan checks (with the digests of the workers' experts made here). Not compute:
-    /// the handlers move it from ms_local to ms_setup.
-    double setup_ms() const { return setup_ms_; }
+    /// ms spent so far in usable(), not computing: `setup_ms` making workers usable the first time
+    /// (the first hello of a worker and the wait for its connection, identity and plan checks with
+    /// the digests of its experts made here), `probe_ms` asking a worker that failed or was refused
+    /// whether it is back (hellos after a back-off). The handlers move them from ms_local to
+    /// ms_setup and ms_wait.
+    struct UsableTime {
+        double setup_ms = 0, probe_ms = 0;
+    };
+    UsableTime usable_time() const { return usable_time_; }
     WorkerLink & link(size_t w) { return *workers_[w].link; }
     /// Marks worker w down after a failed request (logs the reason once per failure streak). A
     /// reply from another worker instance (Status::Code::mismatch from WorkerLink::recv) is not a
@@ -174,7 +179,7 @@ private:
     std::unique_ptr<zmq::context_t> ctx_;
     std::vector<Worker> workers_;
     uint64_t request_id_ = 0;
-    double setup_ms_ = 0;  // usable(): see setup_ms()
+    UsableTime usable_time_;  // usable(): see usable_time()
     std::vector<std::string> pending_errors_;
     bool fault_corrupt_ = false;
     MoeExecutor exec_;

@@ -129,7 +129,7 @@ Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeigh
 Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();
-    const double checks0 = checks_ms();
+    const Dispatcher::UsableTime checks0 = checks_ms();
     gather_inputs(r);
     if (n < cfg_.rows.min_rows || disp_.n_workers() == 0) {
         Status st = compute_rows_here(r, 0, n);

@@ -56,16 +56,19 @@ public:
     /// content digests (coordinator/dispatch/expert_digests_here.h) and the time it took.
     nlohmann::json memory_json() const override;
 protected:
-    /// ms this host has spent so far making workers usable (Dispatcher::setup_ms: hellos and the
-    /// waits for a connection, identity and plan checks, the digests of the workers' experts).
-    double checks_ms() const { return disp_.setup_ms(); }
-    /// Moves the checks' time since `before` (checks_ms() when the call began) out of c.ms_local
-    /// into c.ms_setup: a worker's first call (or a worker not answering its hello) is not compute
-    /// here. A breaker saw 1.5 s of waiting for a stopped worker's handshake counted as ms_local.
-    void checks_time_to_setup(double before, LayerCounters & c) const {
-        const double d = checks_ms() - before;
-        c.ms_local -= d;
-        c.ms_setup += d;
+    /// ms this host has spent so far making workers usable (Dispatcher::usable_time: first hellos
+    /// and the waits for a connection, identity and plan checks, the digests of the workers'
+    /// experts; and probes of workers that were down).
+    Dispatcher::UsableTime checks_ms() const { return disp_.usable_time(); }
+    /// Moves the time usable() took since `before` (checks_ms() when the call began) out of
+    /// c.ms_local: a worker's first verification into c.ms_setup, a probe of a worker that was down
+    /// into c.ms_wait (waiting for a worker, which make bench keeps in the MoE time). Neither is
+    /// compute here: a breaker saw 1.5 s of waiting for a stopped worker's handshake as ms_local.
+    void checks_time_to_setup(const Dispatcher::UsableTime & before, LayerCounters & c) const {
+        const Dispatcher::UsableTime now = checks_ms();
+        c.ms_local -= (now.setup_ms - before.setup_ms) + (now.probe_ms - before.probe_ms);
+        c.ms_setup += now.setup_ms - before.setup_ms;
+        c.ms_wait += now.probe_ms - before.probe_ms;
     }
     /// Computes rows [first, first+count) of r here from hidden_: all slots, slot-order sum into r.out.
     Status compute_rows_here(const MoeRegion & r, int64_t first, int64_t count);

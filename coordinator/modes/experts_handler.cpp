@@ -150,7 +150,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before ms_local's clock starts
     auto t0 = std::chrono::steady_clock::now();
     c.ms_setup += ms_between(t_setup, t0);
-    const double checks0 = checks_ms();
+    const Dispatcher::UsableTime checks0 = checks_ms();
     gather_inputs(r);
     slots_.assign((size_t) (E * k * n), 0.0f);
     const CallSize size = call_size(n);
@@ -217,7 +217,11 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                        (exact && rh.n_pairs != (int32_t) p.pairs.size())))
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
-                if (p.prefix_sums) ++link.stats().prefix_sum_replies;  // used (combined below) unless a check refuses it
+                if (p.prefix_sums) {  // used (combined below) unless a check refuses it
+                    ++link.stats().prefix_sum_replies;
+                    link.stats().prefix_sum_rows += p.rows.size();
+                    link.stats().prefix_sum_slots += p.pairs.size();
+                }
                 const bool due = disp_.verify_due(w);
                 if (due || shadow_call) {
                     // The check reads this worker's experts here; the pages it faults in stay (dropping

@@ -77,7 +77,7 @@ std::string ShardHandler::refuses(const MoeRegion & r) const {
 Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
     auto t0 = std::chrono::steady_clock::now();
-    const double checks0 = checks_ms();
+    const Dispatcher::UsableTime checks0 = checks_ms();
     gather_inputs(r);
     const int64_t block = disp_.api().ggml_blck_size(r.down_exps->type);
     if (r.n_ff % block != 0)
@@ -197,7 +197,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // the calls right after a slice change carry its repacks: what they took over the expected time
     if (cfg_.shard.auto_share)
         change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()) -
-                                            share_bal_.makespan(blocks_per_host, (double) n, call_size(n)));
+                                            share_bal_.makespan(blocks_per_host, (double) n, call_size(n)), setup_ms);
     return Status::ok();
 }
 

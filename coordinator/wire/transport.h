@@ -45,6 +45,7 @@ struct WorkerStats {
     /// exact-combine results received as one sum per row of the row's slots 0..m-1 (a prefix of the
     /// engine's ADD chain) instead of one output per slot (experts mode, experts_handler.cpp)
     uint64_t prefix_sum_replies = 0;
+    uint64_t prefix_sum_rows = 0, prefix_sum_slots = 0;  ///< of them: the rows sent back as sums, the slots those cover
     std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
     /// The same for requests of one row only (decode calls): a run's prompt calls take hundreds of ms
     /// and would be its p99 among a few hundred decode calls, hiding a decode stall.

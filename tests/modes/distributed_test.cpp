@@ -121,6 +121,8 @@ TEST_P(DistributedModes, EveryModeEqualsTheSingleNodeRun) {
     ASSERT_EQ(all["workers"].size(), 1u);
     EXPECT_EQ(all["workers"][0]["prefix_sum_replies"].get<uint64_t>(), sum_layers(all, "calls")) << all["workers"][0].dump();
     EXPECT_EQ(all["workers"][0]["rows"].get<uint64_t>(), sum_layers(all, "rows"));
+    EXPECT_EQ(all["workers"][0]["prefix_sum_rows"].get<uint64_t>(), sum_layers(all, "rows")) << all["workers"][0].dump();
+    EXPECT_EQ(all["workers"][0]["prefix_sum_slots"].get<uint64_t>(), sum_layers(all, "slots")) << all["workers"][0].dump();
     // experts mode: this host dropped its resident pages of the experts the workers served
     EXPECT_GT(ex["memory"]["advised_bytes"].get<uint64_t>(), 0u) << ex["memory"].dump();
     EXPECT_EQ(ex["memory"]["released_parts"], 4) << "2 workers x 2 layers: " << ex["memory"].dump();

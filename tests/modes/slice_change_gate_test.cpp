@@ -13,8 +13,8 @@ namespace {
 // second call of layer 0 (which ends the measurement).
 void change_costing(SliceChangeGate & g, double per_layer_ms) {
     g.changed();
-    for (int il = 0; il < 4; ++il) g.observe_call(il, per_layer_ms);
-    g.observe_call(0, 0.0);
+    for (int il = 0; il < 4; ++il) g.observe_call(il, per_layer_ms, 0.0);
+    g.observe_call(0, 0.0, 0.0);
 }
 
 } // namespace
@@ -51,14 +51,26 @@ TEST(SliceChangeGate, ALargeSavingIsTakenAtTheNextCheck) {
     EXPECT_TRUE(g.take(22.0, 2.0, 64)) << "20 ms x 64 calls = 1280 ms >= 1200 ms";
 }
 
+TEST(SliceChangeGate, AChangeCostsAtLeastTwiceThisHostsOwnRepack) {
+    // the make bench case: the first change's calls were a prompt's, 22 ms over their rough
+    // prediction, while this host alone repacked 110 ms a layer; the next change cost 1 s
+    SliceChangeGate g;
+    ASSERT_TRUE(g.take(2.0, 1.9, 4));
+    g.changed();
+    for (int il = 0; il < 4; ++il) g.observe_call(il, 5.5, 110.0);
+    g.observe_call(0, 0.0, 0.0);
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 4 * 220.0);
+    EXPECT_FALSE(g.take(2.5, 2.0, 64)) << "0.5 ms x 64 calls = 32 ms does not pay for 880 ms";
+}
+
 TEST(SliceChangeGate, NoChangeWhileAnotherIsBeingMeasuredAndNoSavingNoRegret) {
     SliceChangeGate g;
     ASSERT_TRUE(g.take(2.0, 1.9, 4));
     g.changed();
-    g.observe_call(0, 50.0);  // layers 1.. not seen yet
+    g.observe_call(0, 50.0, 0.0);  // layers 1.. not seen yet
     EXPECT_FALSE(g.take(100.0, 1.0, 64)) << "the last change's cost is not known yet";
-    g.observe_call(1, 50.0);
-    g.observe_call(0, 0.0);
+    g.observe_call(1, 50.0, 0.0);
+    g.observe_call(0, 0.0, 0.0);
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 100.0);
     for (int i = 0; i < 1000; ++i) EXPECT_FALSE(g.take(2.0, 2.5, 64)) << "a worse split adds nothing";
     EXPECT_EQ(g.to_json()["regret_ms"], 0.0);

@@ -92,9 +92,11 @@ TEST(Verify, AWorkersPrefixSumsAreCheckedBitForBit) {
     Cluster c{test_dir("verify_prefix"), {}};
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/honest.sock", ""));
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/liar.sock", "", kTamper));
+    // one last mantissa bit off: within any tolerance, so only a bit-for-bit check sees it
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/nudger.sock", "", {{"MOEZIP_WORKER_FAULT", "nudge_result"}}));
     ASSERT_EQ(run_host(c, "single", model, "mode = \"observe\"\n").exit_code, 0);
-    for (size_t i = 0; i < 2; ++i) {
-        const std::string name = i == 0 ? "honest" : "liar";
+    for (size_t i = 0; i < 3; ++i) {
+        const std::string name = i == 0 ? "honest" : i == 1 ? "liar" : "nudger";
         CommandResult r = run_host(c, name, model, "verify_every = 1\nmode = \"experts\"\n" + worker(c, i, "experts", "\"0-7\""));
         ASSERT_EQ(r.exit_code, 0) << r.err;
         EXPECT_EQ(compare(c, "single", name), 0) << name << ": the output equals the single-node run";

@@ -22,14 +22,18 @@ function phase_step_ms(kind, run, setup_ms = 0) {
 
 /// Bytes the mode has to move per call, summed over layers: every row sent carries its hidden state
 /// [n_embd] f32 and n_used ids (i32) and weights (f32); back come per-slot outputs [n_embd] f32
-/// (experts mode, exact combine, which keeps results bit-identical) or one row sum [n_embd] f32
-/// (rows mode; experts mode with partial combine). `minimal` is the row-sum form for every mode.
+/// (experts mode, exact combine, which keeps results bit-identical; a row whose slots were its first
+/// ones in slot order comes back as one sum: workers[].prefix_sum_rows / prefix_sum_slots) or one row
+/// sum [n_embd] f32 (rows mode; experts mode with partial combine). `minimal` is the row-sum form for
+/// every mode.
 function payload_bytes(report) {
     const pm = (report.provider_map || [])[0] || {};
     const E = pm.n_embd || 0, k = pm.n_used || 0;
     const rows = sum(report.layers || [], "remote_rows"), slots = sum(report.layers || [], "remote_slots");
     const out = rows * (E * 4 + 2 * k * 4);
-    const back_exact = report.config && report.config.mode === "experts" ? slots * E * 4 : rows * E * 4;
+    const ws = report.workers || [];
+    const summed = sum(ws, "prefix_sum_slots") - sum(ws, "prefix_sum_rows");  // outputs a prefix sum saved
+    const back_exact = report.config && report.config.mode === "experts" ? (slots - summed) * E * 4 : rows * E * 4;
     return { needed: out + back_exact, minimal: out + rows * E * 4, n_embd: E, n_used: k };
 }
 

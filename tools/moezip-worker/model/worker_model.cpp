@@ -1,10 +1,13 @@
 #include "tools/moezip-worker/model/worker_model.h"
 
+#include "coordinator/base/log.h"
 #include "coordinator/wire/protocol.h"
 #include "provider_map/expert_digest.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -227,37 +230,7 @@ static bool same_time(const struct timespec & a, const struct timespec & b) {
 }
 
 Status WorkerModel::file_unchanged() const {
-    const auto & parts = parts_.parts();
-    for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) {
-        struct stat st;
-        if (fstat(parts[i].fd, &st) != 0) return Status::io_error("model " + parts[i].path + ": fstat: " + strerror(errno));
-        const FileStamp & f = file_stamps_[i];
-        if ((int64_t) st.st_size != f.size || !same_time(st.st_mtim, f.mtime))
-            return Status::io_error("model " + parts[i].path + " changed on disk since this worker loaded it (size or modification "
-                                    "time): its bytes are no longer the ones hello_ok's digests name; restart the worker");
-        if (!same_time(st.st_ctim, f.ctime))
-            return Status::io_error("model " + parts[i].path + " had its status changed on disk since this worker loaded it "
-                                    "(status-change time: written with its modification time set back, renamed, unlinked or "
-                                    "chmod'ed): its bytes are not read again; restart the worker");
-    }
-    return Status::ok();
-}
-
-std::string WorkerModel::digests_differ() const {
-    for (const WorkerLayer & l : layers_) {
-        const ExpertWeights & w = l.weights;
-        for (const auto & kv : l.digests) {
-            const int e = kv.first;
-            const uint64_t now = expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
-                                                           l.local_of.empty() ? e : l.local_of[(size_t) e]);
-            if (now != kv.second) return "layer " + std::to_string(l.il) + ", expert " + std::to_string(e);
-        }
-    }
-    return "";
-}
-
-Status WorkerModel::mapping_unchanged() const {
-    if (!mapping_changed_.empty()) return Status::io_error(mapping_changed_);
+    if (!file_changed_.empty()) return Status::io_error(file_changed_);
     const auto & parts = parts_.parts();
     bool status_moved = false;
     std::vector<struct timespec> ctimes(parts.size());
@@ -266,23 +239,70 @@ Status WorkerModel::mapping_unchanged() const {
         if (fstat(parts[i].fd, &st) != 0) return Status::io_error("model " + parts[i].path + ": fstat: " + strerror(errno));
         const FileStamp & f = file_stamps_[i];
         if ((int64_t) st.st_size != f.size || !same_time(st.st_mtim, f.mtime)) {
-            mapping_changed_ = "model " + parts[i].path + " changed on disk since this worker loaded it (size or modification time): "
-                               "its mapping no longer reads the bytes hello_ok's digests name; restart the worker";
-            return Status::io_error(mapping_changed_);
+            file_changed_ = "model " + parts[i].path + " changed on disk since this worker loaded it (size or modification time): "
+                            "its bytes are no longer the ones hello_ok's digests name; restart the worker";
+            return Status::io_error(file_changed_);
         }
         ctimes[i] = st.st_ctim;
         status_moved = status_moved || !same_time(st.st_ctim, f.ctime);
     }
     if (!status_moved) return Status::ok();
-    // the content may or may not have changed: the mapping is read in full once to tell
-    const std::string differs = digests_differ();
+    // The content may or may not have changed: the served experts are hashed again from the file,
+    // once per status change (its whole served bytes, read from the page cache or the disk).
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string differs = file_digests_differ();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!differs.empty()) {
-        mapping_changed_ = "model " + path_ + " was rewritten in place since this worker loaded it (" + differs +
-                           " no longer has the digest hello_ok named; its modification time was set back): restart the worker";
-        return Status::io_error(mapping_changed_);
+        file_changed_ = "model " + path_ + " changed since this worker loaded it, its modification time set back (" + differs +
+                        "): its bytes are no longer the ones hello_ok's digests name; restart the worker";
+        LOG_ERROR("%s", file_changed_.c_str());
+        return Status::io_error(file_changed_);
     }
+    LOG_INFO("model %s: its status-change time moved (renamed, linked, chmod'ed?): its %.1f MiB of served experts hashed "
+             "again in %.0f ms, unchanged; serving goes on", path_.c_str(), (double) served_bytes_ / (1 << 20), ms);
     for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) file_stamps_[i].ctime = ctimes[i];
     return Status::ok();
+}
+
+std::string WorkerModel::file_digests_differ() const {
+    const auto & parts = parts_.parts();
+    std::vector<std::pair<void *, size_t>> maps;  // each part, read-only, for this check only
+    auto unmap_all = [&]() { for (const auto & m : maps) munmap(m.first, m.second); };
+    for (const GgufPart & part : parts) {
+        struct stat st;
+        void * p = fstat(part.fd, &st) == 0 && st.st_size > 0 ? mmap(nullptr, (size_t) st.st_size, PROT_READ, MAP_SHARED, part.fd, 0)
+                                                               : MAP_FAILED;
+        if (p == MAP_FAILED) {
+            unmap_all();
+            return part.path + " could not be mapped to hash it: " + strerror(errno);
+        }
+        maps.emplace_back(p, (size_t) st.st_size);
+    }
+    std::string differs;
+    for (const WorkerLayer & l : layers_) {
+        // a repacked layer's digests are of the repacked bytes: the file cannot vouch for them
+        if (l.repacked) { differs = "layer " + std::to_string(l.il) + " is repacked: its digests cannot be checked against the file"; break; }
+        const auto file = l.file_tensors();
+        std::array<ggml_tensor, 6> at{};
+        std::array<const ggml_tensor *, 6> t{};
+        for (size_t i = 0; i < file.size(); ++i) {
+            if (file[i] == nullptr) continue;
+            auto it = locs_.find(file[i]);
+            if (it == locs_.end()) { differs = std::string(file[i]->name) + " has no place in the file"; break; }
+            at[i] = *file[i];
+            at[i].data = static_cast<uint8_t *>(maps[(size_t) it->second.part].first) + it->second.offset;
+            t[i] = &at[i];
+        }
+        if (!differs.empty()) break;
+        for (const auto & kv : l.digests)
+            if (expert_identity_digest_of(t[0], t[1], t[2], t[3], t[4], t[5], kv.first) != kv.second) {
+                differs = "layer " + std::to_string(l.il) + ", expert " + std::to_string(kv.first) + " no longer has the digest hello_ok named";
+                break;
+            }
+        if (!differs.empty()) break;
+    }
+    unmap_all();
+    return differs;
 }
 
 Status WorkerModel::read_file(const ggml_tensor * t, uint64_t start, uint64_t bytes, void * dst) const {

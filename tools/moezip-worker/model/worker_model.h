@@ -131,18 +131,15 @@ public:
     /// Anonymous memory only: asks for no huge pages over all of t's memory (after its pages were
     /// given back: khugepaged would otherwise fill them again with zeroed huge pages).
     void no_huge_pages(const ggml_tensor * t) const;
-    /// ok while every file of the model has the size, modification time and status-change time it
-    /// had at load; else io_error naming the file: bytes read from it now may not be the ones the
-    /// digests were made of (hello_ok), so nothing is read again. fstat on the open descriptor: a file
-    /// replaced by rename keeps reading the old bytes, but its unlink moves the status-change time
-    /// too, which no user can set back (a rewrite with the modification time set back is seen).
+    /// ok while the model's files hold the bytes hello_ok's digests name, so that they may be read
+    /// (or, with --mmap, computed from: checked before every request). fstat on the open descriptors
+    /// (a file replaced by rename keeps reading the old bytes): a changed size or modification time
+    /// is an io_error naming the file, for this and every later call. When only the status-change
+    /// time moved (which no user can set back: a rename, unlink, link or chmod, or a rewrite with the
+    /// modification time set back) the served experts are hashed again from the file
+    /// (file_digests_differ): equal, the new time is kept and serving goes on (logged with its cost);
+    /// different, an io_error from then on.
     Status file_unchanged() const;
-    /// --mmap, before each compute: the mapping reads the file as it is now. Size or modification
-    /// time changed: io_error. Only the status-change time changed (a rename, chmod, link or unlink,
-    /// or a rewrite with the modification time set back): the served experts' digests are computed
-    /// again from the mapping; equal, the new time is kept and serving goes on; different, io_error
-    /// for this and every later request.
-    Status mapping_unchanged() const;
 
 private:
     Status find_layers();
@@ -157,9 +154,10 @@ private:
     Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);
     void release_source(ggml_tensor * src);
     void compute_digests();
-    /// The served experts' digests computed again from the weights in memory now: the first
-    /// (layer, expert) whose digest differs from the one given at load, "" when none does.
-    std::string digests_differ() const;
+    /// The served experts' digests computed again from the files' bytes (each part mapped read-only
+    /// for the check): the first (layer, expert) whose digest differs from hello_ok's, or why the
+    /// file cannot vouch for it (a repacked layer), "" when every digest is the same.
+    std::string file_digests_differ() const;
 
     const GgufTensorLoc & loc(const ggml_tensor * t) const { return locs_.at(t); }
 
@@ -174,14 +172,14 @@ private:
     uint64_t served_bytes_ = 0;
     std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own
     bool mapped_ = false;                          // expert tensors point into the file's mapping
-    /// per part at load: what file_unchanged compares (ctime is mutable: mapping_unchanged renews it
-    /// once the mapped content is proven the same)
+    /// per part at load: what file_unchanged compares (mutable: file_unchanged renews ctime once the
+    /// content is proven the same; the worker's compute path holds the model const)
     struct FileStamp {
         int64_t size = 0;
         struct timespec mtime {}, ctime {};
     };
     mutable std::vector<FileStamp> file_stamps_;
-    mutable std::string mapping_changed_;  // set once the mapped experts' digests differ: the reason
+    mutable std::string file_changed_;     // set once a file is known changed: the reason, said from then on
     ggml_context * ctx_ = nullptr;                 // repack: metadata of the served-experts tensors
     const WorkerRepackApi * repack_ = nullptr;
     std::vector<ggml_backend_buffer_t> repack_buffers_;

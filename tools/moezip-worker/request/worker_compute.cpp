@@ -78,9 +78,9 @@ static void sum_valid_slots(const float * slots, const int32_t * ids, int64_t n_
 Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out) {
     // A mapping (--mmap) reads whatever the file holds now: once it changed in place, its bytes are
     // not the ones hello_ok's digests named, so nothing is computed from it (an fstat per request;
-    // the digests again when only the status-change time moved: WorkerModel::mapping_unchanged).
+    // the digests again when only the status-change time moved: WorkerModel::file_unchanged).
     if (model_.mapped()) {
-        Status st = model_.mapping_unchanged();
+        Status st = model_.file_unchanged();
         if (!st) return st;
     }
     const WorkerLayer * l = model_.layer(h.layer);

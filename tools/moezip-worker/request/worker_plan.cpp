@@ -3,6 +3,7 @@
 #include "coordinator/modes/split.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace moezip {
@@ -45,9 +46,11 @@ Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, Wor
         worker_plan_ff_range(out, l.n_ff, l.ff_block, first, count);
         any = any || count > 0;
     }
-    if (!any)
-        return refuse(code, "slice " + std::to_string(out.slice) + " (share " + std::to_string(out.shares[out.slice]) +
-                                ") holds no whole block of n_ff in any layer: an empty n_ff slice");
+    if (!any) {
+        char share[32];
+        snprintf(share, sizeof share, "%g", out.shares[out.slice]);
+        return refuse(code, "slice " + std::to_string(out.slice) + " (share " + share + ") holds no whole block of n_ff in any layer: an empty n_ff slice");
+    }
     return Status::ok();
 }
 

@@ -34,6 +34,8 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.corrupt_result = true;
         } else if (key == "tamper_result" && eq == std::string::npos) {
             out.tamper_result = true;
+        } else if (key == "nudge_result" && eq == std::string::npos) {
+            out.nudge_result = true;
         } else if (key == "exit_after" && parse_count(value, INT64_MAX, n)) {
             out.exit_after = n;
         } else if (key == "delay_ms" && parse_count(value, 600000, n)) {
@@ -44,7 +46,7 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.unsliced_keep_ms = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, tamper_result, exit_after=N, delay_ms=0..600000, slow=1..100, unsliced_keep_ms=0..600000)");
+                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, unsliced_keep_ms=0..600000)");
         }
     }
     return Status::ok();

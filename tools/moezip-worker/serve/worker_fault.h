@@ -5,6 +5,8 @@
 //   tamper_result    add 0.5 to one value of each non-empty result and hash the changed frame (a
 //                    worker, or a man in the middle, that lies consistently: only the coordinator's
 //                    verification, verify_every, can catch it)
+//   nudge_result     the same with the smallest change: one value's last mantissa bit flipped (a
+//                    check within tolerances lets it pass; an exact one must not)
 //   exit_after=N     after answering N compute requests, _exit(1) on the next one without replying
 //                    (a worker dying mid-run)
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
@@ -27,6 +29,7 @@ constexpr const char * kWorkerFaultEnv = "MOEZIP_WORKER_FAULT";
 struct WorkerFaults {
     bool corrupt_result = false;
     bool tamper_result = false;
+    bool nudge_result = false;
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
     int slow = 1;             ///< 1..100: compute time multiplied by this

@@ -130,6 +130,11 @@ void Server::apply_result_faults(MsgHeader & reply, zmq::message_t & out) {
         memcpy(p, &v, sizeof v);
         msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());  // consistent: the hash cannot tell
     }
+    if (opt_.faults.nudge_result && out.size() >= sizeof(float)) {
+        uint8_t * p = static_cast<uint8_t *>(out.data()) + (out.size() / sizeof(float) / 2) * sizeof(float);
+        p[0] ^= 0x01;  // little-endian: the last bit of the mantissa
+        msg_header_set_frame(reply, 0, WireType::f32, out.data(), out.size());
+    }
     if (opt_.faults.corrupt_result && out.size() > 0) static_cast<uint8_t *>(out.data())[out.size() / 2] ^= 0x01;
 }
 
