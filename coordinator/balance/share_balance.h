@@ -89,9 +89,11 @@ public:
     /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes"}],
     /// "history": [{"call", "shares": [...]}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
+    /// Host h's expected ms per unit (at scale 1) in calls of `size`: measured, or the measured
+    /// hosts' mean, or 1.
+    double per_unit(size_t h, CallSize size) const;
 
 private:
-    double per_unit(size_t h, CallSize size) const;
     /// Host h's expected time as fixed + per_unit x u for u > 0 units, ms.
     void cost_terms(size_t h, double scale, CallSize size, double & fixed, double & per_unit_ms) const;
 

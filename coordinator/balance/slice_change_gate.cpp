@@ -20,14 +20,14 @@ void SliceChangeGate::changed() {
     seen_.clear();
 }
 
-void SliceChangeGate::observe_call(int il, double excess_ms, double own_repack_ms) {
+void SliceChangeGate::observe_call(int il, double excess_ms, double repack_floor_ms) {
     if (!measuring_) return;
     if (!seen_.insert(il).second) {  // every layer has run at the new slices
         cost_ms_ = measuring_ms_;
         measuring_ = false;
         return;
     }
-    measuring_ms_ += std::max({0.0, excess_ms, 2 * own_repack_ms});
+    measuring_ms_ += std::max({0.0, excess_ms, repack_floor_ms});
 }
 
 nlohmann::json SliceChangeGate::to_json() const {

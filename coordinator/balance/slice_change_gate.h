@@ -13,10 +13,10 @@
 // cost; this is the rent-or-buy rule, which never pays more than twice the best schedule in
 // hindsight. The first change (after the calibration calls, at equal slices) is taken at once and
 // its cost measured: per layer, the wall time of its first call at the new slices over the time
-// the split predicted for it, and at least twice this host's own repack of that call (the workers
-// repack too, at their speed; and the first change's calls are often a prompt's, whose predicted
-// time is too rough to see a repack in: measured in make bench, such a change once looked 22 ms
-// dear and the next one cost 1 s).
+// the split predicted for it, and at least a floor the caller derives from this host's own repack
+// in that call (ShardHandler: the workers repack too, at their speed, three matrices to this host's
+// one). The first change's calls are often a prompt's, whose predicted time is too rough to see a
+// repack in: measured in make bench, such a change looked 22 ms dear and the next one cost 1.2-2 s.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,10 +34,10 @@ public:
     bool take(double current_ms_per_call, double proposed_ms_per_call, uint64_t calls);
     /// The slices were changed: the next call of each layer pays the repack (measured by observe_call).
     void changed();
-    /// A call of layer `il` just ended: its wall time over the split's expected time, and this
-    /// host's own repacking in it, ms. The first call of each layer after a change adds
-    /// max(excess, 2 x own repack) to that change's cost; a layer seen again ends the measurement.
-    void observe_call(int il, double excess_ms, double own_repack_ms);
+    /// A call of layer `il` just ended: its wall time over the split's expected time, and the least
+    /// its repacks can have cost (repack_floor_ms), ms. The first call of each layer after a change
+    /// adds the larger of the two to that change's cost; a layer seen again ends the measurement.
+    void observe_call(int il, double excess_ms, double repack_floor_ms);
     /// The cost of the last measured change, ms; negative before one was measured.
     double change_cost_ms() const { return cost_ms_; }
     /// {"slice_change_cost_ms" (null before one was measured), "slice_changes_declined" (checks that

@@ -5,6 +5,7 @@
 #include "coordinator/evidence/trace.h"
 #include "coordinator/memory/weight_release.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -194,10 +195,19 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         first = false;
     }
     if (shadow_call) shadow_check(r);
-    // the calls right after a slice change carry its repacks: what they took over the expected time
-    if (cfg_.shard.auto_share)
-        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()) -
-                                            share_bal_.makespan(blocks_per_host, (double) n, call_size(n)), setup_ms);
+    // the calls right after a slice change carry its repacks: what they took over the expected
+    // time, and at least this host's own repack plus the slowest worker's. A worker packs gate, up
+    // and down of its slice (this host only down), at its own speed: taken as 3 x this host's repack
+    // x its expected compute time for its slice over this host's for its own.
+    if (cfg_.shard.auto_share) {
+        const CallSize size = call_size(n);
+        const double own_ms = blocks_per_host[0] * share_bal_.per_unit(0, size);
+        double worker_factor = 0;
+        for (size_t h = 1; h < blocks_per_host.size() && own_ms > 0; ++h)
+            worker_factor = std::max(worker_factor, 3 * blocks_per_host[h] * share_bal_.per_unit(h, size) / own_ms);
+        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()) - share_bal_.makespan(blocks_per_host, (double) n, size),
+                                  setup_ms * (1 + worker_factor));
+    }
     return Status::ok();
 }
 

@@ -51,16 +51,18 @@ TEST(SliceChangeGate, ALargeSavingIsTakenAtTheNextCheck) {
     EXPECT_TRUE(g.take(22.0, 2.0, 64)) << "20 ms x 64 calls = 1280 ms >= 1200 ms";
 }
 
-TEST(SliceChangeGate, AChangeCostsAtLeastTwiceThisHostsOwnRepack) {
+TEST(SliceChangeGate, AChangeCostsAtLeastItsRepacksFloor) {
     // the make bench case: the first change's calls were a prompt's, 22 ms over their rough
-    // prediction, while this host alone repacked 110 ms a layer; the next change cost 1 s
+    // prediction, while the repacks (this host's and the worker's) took at least 400 ms a layer
     SliceChangeGate g;
     ASSERT_TRUE(g.take(2.0, 1.9, 4));
     g.changed();
-    for (int il = 0; il < 4; ++il) g.observe_call(il, 5.5, 110.0);
+    for (int il = 0; il < 4; ++il) g.observe_call(il, 5.5, 400.0);
     g.observe_call(0, 0.0, 0.0);
-    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 4 * 220.0);
-    EXPECT_FALSE(g.take(2.5, 2.0, 64)) << "0.5 ms x 64 calls = 32 ms does not pay for 880 ms";
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 4 * 400.0);
+    EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "10 ms x 64 calls = 640 ms does not pay for 1600 ms";
+    EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "1280 ms: not yet";
+    EXPECT_TRUE(g.take(12.0, 2.0, 64)) << "1920 ms: now";
 }
 
 TEST(SliceChangeGate, NoChangeWhileAnotherIsBeingMeasuredAndNoSavingNoRegret) {
