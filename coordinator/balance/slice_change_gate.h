@@ -9,14 +9,16 @@
 // of its speed (shard1_auto_slow 0.36x of one node).
 //
 // So a change is taken only once the time the current split has lost against the proposed one
-// since the last change (the regret: expected saving per call x calls) reaches what the last change
-// cost; this is the rent-or-buy rule, which never pays more than twice the best schedule in
-// hindsight. The first change (after the calibration calls, at equal slices) is taken at once and
-// its cost measured: per layer, the wall time of its first call at the new slices over the time
-// the split predicted for it, and at least a floor the caller derives from this host's own repack
-// in that call (ShardHandler: the workers repack too, at their speed, three matrices to this host's
-// one). The first change's calls are often a prompt's, whose predicted time is too rough to see a
-// repack in: measured in make bench, such a change looked 22 ms dear and the next one cost 1.2-2 s.
+// since the last change (the regret: expected saving per call x calls) reaches what a change costs;
+// this is the rent-or-buy rule, which never pays more than twice the best schedule in hindsight.
+// The cost is known before any change: every host packs its first slices at its first call of each
+// layer, so those calls' whole time is a change's cost (a prompt's compute in them only makes it
+// dearer: the gate errs on the side of fewer changes). Each change is measured too (per layer, the
+// first call at the new slices over its expected time, and at least a floor the caller derives from
+// this host's own repack), and the dearest cost seen is kept. The first change (after the
+// calibration calls at equal slices, which were not chosen from any measurement) is taken at once.
+// In make bench, a change measured on a prompt's calls alone looked 22 ms dear; the next cost 1.2-6 s
+// on a worker capped at 40% of a core.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,11 +36,12 @@ public:
     bool take(double current_ms_per_call, double proposed_ms_per_call, uint64_t calls);
     /// The slices were changed: the next call of each layer pays the repack (measured by observe_call).
     void changed();
-    /// A call of layer `il` just ended: its wall time over the split's expected time, and the least
-    /// its repacks can have cost (repack_floor_ms), ms. The first call of each layer after a change
-    /// adds the larger of the two to that change's cost; a layer seen again ends the measurement.
-    void observe_call(int il, double excess_ms, double repack_floor_ms);
-    /// The cost of the last measured change, ms; negative before one was measured.
+    /// A call of layer `il` just ended: its wall time, the split's expected time for it, and the least
+    /// its repacks can have cost (repack_floor_ms), ms. The first call of each layer of the run
+    /// counts whole (the first packs); after a change, max(call - expected, floor); a layer seen
+    /// again ends a measurement.
+    void observe_call(int il, double call_ms, double expected_ms, double repack_floor_ms);
+    /// The dearest change measured (the first packs included), ms; negative before one was.
     double change_cost_ms() const { return cost_ms_; }
     /// {"slice_change_cost_ms" (null before one was measured), "slice_changes_declined" (checks that
     /// proposed a better split whose saving had not yet paid for a change), "regret_ms"}.
@@ -46,7 +49,11 @@ public:
 
 private:
     double regret_ms_ = 0;
-    double cost_ms_ = -1;        // measured cost of the last change
+    double cost_ms_ = -1;        // the dearest change measured
+    uint64_t changes_ = 0;
+    bool first_packs_ = true;    // the run's first call of each layer is still being measured
+    double first_ms_ = 0;
+    std::set<int> first_seen_;
     double measuring_ms_ = 0;    // the change being measured: excess of the layers' first calls so far
     bool measuring_ = false;
     std::set<int> seen_;         // layers seen since the change being measured

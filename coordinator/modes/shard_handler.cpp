@@ -205,7 +205,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         double worker_factor = 0;
         for (size_t h = 1; h < blocks_per_host.size() && own_ms > 0; ++h)
             worker_factor = std::max(worker_factor, 3 * blocks_per_host[h] * share_bal_.per_unit(h, size) / own_ms);
-        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()) - share_bal_.makespan(blocks_per_host, (double) n, size),
+        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()), share_bal_.makespan(blocks_per_host, (double) n, size),
                                   setup_ms * (1 + worker_factor));
     }
     return Status::ok();

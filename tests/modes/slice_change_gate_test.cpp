@@ -1,6 +1,6 @@
-// When a change of shard slices pays for itself (coordinator/balance/slice_change_gate.h): the first
-// change is taken and measured; a later better split waits until what the current split lost since
-// then reaches what a change cost.
+// When a change of shard slices pays for itself (coordinator/balance/slice_change_gate.h): what the
+// first packs cost is known before any change; the calibration's change is taken at once; a later
+// better split waits until what the current split lost since the last change reaches that cost.
 #include "coordinator/balance/slice_change_gate.h"
 
 #include <gtest/gtest.h>
@@ -9,29 +9,37 @@ using moezip::SliceChangeGate;
 
 namespace {
 
-// A change whose first calls of 4 layers took `per_layer_ms` over their expected time each, then a
-// second call of layer 0 (which ends the measurement).
-void change_costing(SliceChangeGate & g, double per_layer_ms) {
+// The run's first calls of 4 layers, each `ms` long (every host packs its first slices), then a
+// second call of layer 0, which ends the measurement.
+void first_packs(SliceChangeGate & g, double ms) {
+    for (int il = 0; il < 4; ++il) g.observe_call(il, ms, 1.0, 0.0);
+    g.observe_call(0, 2.0, 2.0, 0.0);
+}
+
+// A change whose first call of each of 4 layers took `over` ms more than expected.
+void change_costing(SliceChangeGate & g, double over, double floor = 0.0) {
     g.changed();
-    for (int il = 0; il < 4; ++il) g.observe_call(il, per_layer_ms, 0.0);
-    g.observe_call(0, 0.0, 0.0);
+    for (int il = 0; il < 4; ++il) g.observe_call(il, 2.0 + over, 2.0, floor);
+    g.observe_call(0, 2.0, 2.0, 0.0);
 }
 
 } // namespace
 
-TEST(SliceChangeGate, TheFirstChangeIsTakenAndItsRepacksMeasured) {
+TEST(SliceChangeGate, TheFirstPacksPriceAChangeBeforeAnyIsMade) {
     SliceChangeGate g;
-    EXPECT_TRUE(g.take(2.0, 1.9, 4)) << "the calibration's change: nothing measured yet";
-    EXPECT_LT(g.change_cost_ms(), 0.0);
-    change_costing(g, 300.0);
-    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0) << "4 layers' first calls at 300 ms over";
-    EXPECT_TRUE(g.to_json()["slice_change_cost_ms"].is_number());
+    EXPECT_TRUE(g.to_json()["slice_change_cost_ms"].is_null());
+    first_packs(g, 300.0);
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0) << "4 layers' first calls of 300 ms";
+    EXPECT_TRUE(g.take(2.0, 1.9, 4)) << "the calibration's change is taken at once";
+    change_costing(g, 20.0);  // looked cheap (a prompt's calls): the dearer first packs stand
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0);
 }
 
 TEST(SliceChangeGate, ASmallSavingWaitsUntilItHasPaidForTheRepack) {
     // the measured case: a split 5% better on ~2 ms calls, checked every 64 calls, against 1.2 s of
     // repacking. Taken at once, it cost a 64-step decode a third of its speed (shard1_auto_slow 0.36x).
     SliceChangeGate g;
+    first_packs(g, 300.0);
     ASSERT_TRUE(g.take(2.0, 1.9, 4));
     change_costing(g, 300.0);
     int checks = 0;
@@ -43,23 +51,13 @@ TEST(SliceChangeGate, ASmallSavingWaitsUntilItHasPaidForTheRepack) {
     EXPECT_EQ(g.to_json()["regret_ms"], 0.0) << "the regret starts again after a change";
 }
 
-TEST(SliceChangeGate, ALargeSavingIsTakenAtTheNextCheck) {
-    // the worker slowed down: the current split makes every call wait 20 ms more than the proposed one
+TEST(SliceChangeGate, ALargeSavingIsTakenOnceItHasPaid) {
+    // the worker slowed down: the current split makes every call wait 10 ms more than the proposed one
     SliceChangeGate g;
+    first_packs(g, 400.0);
     ASSERT_TRUE(g.take(2.0, 1.9, 4));
-    change_costing(g, 300.0);
-    EXPECT_TRUE(g.take(22.0, 2.0, 64)) << "20 ms x 64 calls = 1280 ms >= 1200 ms";
-}
-
-TEST(SliceChangeGate, AChangeCostsAtLeastItsRepacksFloor) {
-    // the make bench case: the first change's calls were a prompt's, 22 ms over their rough
-    // prediction, while the repacks (this host's and the worker's) took at least 400 ms a layer
-    SliceChangeGate g;
-    ASSERT_TRUE(g.take(2.0, 1.9, 4));
-    g.changed();
-    for (int il = 0; il < 4; ++il) g.observe_call(il, 5.5, 400.0);
-    g.observe_call(0, 0.0, 0.0);
-    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 4 * 400.0);
+    change_costing(g, 0.0, 400.0);  // a repack floor of 400 ms a layer
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1600.0);
     EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "10 ms x 64 calls = 640 ms does not pay for 1600 ms";
     EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "1280 ms: not yet";
     EXPECT_TRUE(g.take(12.0, 2.0, 64)) << "1920 ms: now";
@@ -67,13 +65,18 @@ TEST(SliceChangeGate, AChangeCostsAtLeastItsRepacksFloor) {
 
 TEST(SliceChangeGate, NoChangeWhileAnotherIsBeingMeasuredAndNoSavingNoRegret) {
     SliceChangeGate g;
+    first_packs(g, 25.0);
     ASSERT_TRUE(g.take(2.0, 1.9, 4));
     g.changed();
-    g.observe_call(0, 50.0, 0.0);  // layers 1.. not seen yet
+    g.observe_call(0, 52.0, 2.0, 0.0);  // layers 1.. not seen yet
     EXPECT_FALSE(g.take(100.0, 1.0, 64)) << "the last change's cost is not known yet";
-    g.observe_call(1, 50.0, 0.0);
-    g.observe_call(0, 0.0, 0.0);
-    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 100.0);
+    g.observe_call(1, 52.0, 2.0, 0.0);
+    g.observe_call(0, 2.0, 2.0, 0.0);
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 100.0) << "50 + 50, as dear as the first packs' 4 x 25";
+    const double regret = g.to_json()["regret_ms"].get<double>();
+    EXPECT_DOUBLE_EQ(regret, 99.0 * 64) << "the saving proposed while measuring still counts";
+    EXPECT_TRUE(g.take(2.0, 2.5, 64)) << "... and pays for the change once the measurement is done";
+    g.changed();
     for (int i = 0; i < 1000; ++i) EXPECT_FALSE(g.take(2.0, 2.5, 64)) << "a worse split adds nothing";
     EXPECT_EQ(g.to_json()["regret_ms"], 0.0);
 }
