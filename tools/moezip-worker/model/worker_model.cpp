@@ -253,8 +253,9 @@ Status WorkerModel::file_unchanged() const {
     const std::string differs = file_digests_differ();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!differs.empty()) {
-        file_changed_ = "model " + path_ + " changed since this worker loaded it, its modification time set back (" + differs +
-                        "): its bytes are no longer the ones hello_ok's digests name; restart the worker";
+        file_changed_ = "model " + path_ + ": its status-change time moved since this worker loaded it and " + differs +
+                        " (a rewrite with its modification time set back, or bytes that cannot be checked): they are no longer "
+                        "known to be the ones hello_ok's digests name; restart the worker";
         LOG_ERROR("%s", file_changed_.c_str());
         return Status::io_error(file_changed_);
     }
