@@ -195,8 +195,13 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     WorkerPlan plan;
     ErrorCode code = ErrorCode::ok;
     // not JSON at all (a NaN, a truncated text) is said as such, not as a hello without a plan
-    Status st = j.is_discarded() ? (code = ErrorCode::bad_plan, Status::invalid_argument("hello: not JSON"))
-                                 : worker_plan_parse(j, compute_.shape(), plan, code);
+    Status st = Status::ok();
+    if (j.is_discarded()) {
+        code = ErrorCode::bad_plan;
+        st = Status::invalid_argument("hello: not JSON");
+    } else {
+        st = worker_plan_parse(j, compute_.shape(), plan, code);
+    }
     if (!st) {
         plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
         return send_error(in.identity, &h, code, st.message());
