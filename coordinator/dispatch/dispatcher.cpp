@@ -453,7 +453,7 @@ nlohmann::json Dispatcher::stats_json() const {
         j["numerics"] = w.inexact.empty() ? "exact" : "approximate";
         if (!w.inexact.empty()) j["inexact"] = w.inexact;  // which outputs are not bit-exact: all it computed
         j["refusals"] = w.refusals;  // every refusal of the run, also those dropped since
-        if (!w.refusals_first.empty()) j["refusals_first"] = w.refusals_first;
+        j["refusals_first"] = w.refusals_first;  // [] when none: the key is always there
         if (!w.plans_refused.empty()) {
             nlohmann::json lr = nlohmann::json::object();
             for (const auto & kv : w.plans_refused) lr[std::to_string(kv.first)] = kv.second;
