@@ -64,10 +64,13 @@ std::string test_dir(const std::string & name) {
     return dir;
 }
 
-static void drain(int fd, std::string & into) {
+// Reads what is there; false once the pipe is at its end (or broken). A read interrupted by a
+// signal is not an end: taking it for one stopped capturing a child's output half way.
+static bool drain(int fd, std::string & into) {
     char buf[65536];
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) into.append(buf, (size_t) n);
+    return n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN));
 }
 
 CommandResult run_tool(const std::string & tool, const std::vector<std::string> & args, int timeout_s) {
@@ -110,9 +113,7 @@ CommandResult run_command(const std::vector<std::string> & argv,
             for (int i = 0; i < 2; ++i) {
                 if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
                     std::string & into = i == 0 ? res.out : res.err;
-                    size_t before = into.size();
-                    drain(fds[i].fd, into);
-                    if (into.size() == before) (i == 0 ? out_open : err_open) = false;
+                    if (!drain(fds[i].fd, into)) (i == 0 ? out_open : err_open) = false;
                 }
             }
         }
