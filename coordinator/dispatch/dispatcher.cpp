@@ -385,7 +385,14 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
         if (pending_errors_.size() < 50) pending_errors_.push_back(why.message());
         return;
     }
-    if (why.message().find("worker error bad_plan") != std::string::npos && ++w.bad_plan_streak >= 2) {
+    if (w.link && w.link->last_error() == ErrorCode::model_changed) {
+        // its model file no longer holds the bytes it was verified with: it will not serve this run
+        // (a restarted worker is a new instance: replaced_since_refusal takes it after its checks)
+        w.refused = "worker " + w.cfg->endpoint + " refused: " + why.message();
+        note_refusal(w, w.refused);
+        LOG_ERROR("%s", w.refused.c_str());
+        if (pending_errors_.size() < 50) pending_errors_.push_back(w.refused);
+    } else if (why.message().find("worker error bad_plan") != std::string::npos && ++w.bad_plan_streak >= 2) {
         // refused again right after a hello that stated the plan: the worker will not take it
         w.refused = "worker " + w.cfg->endpoint + " refused: it does not accept this host's plan (" + why.message() + ")";
         note_refusal(w, w.refused);  // binds this instance: the same process is not taken for a new one at the next probe

@@ -120,6 +120,7 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::bad_plan: return "bad_plan";
         case ErrorCode::out_of_memory: return "out_of_memory";
         case ErrorCode::stopping: return "stopping";
+        case ErrorCode::model_changed: return "model_changed";
     }
     return "unknown";
 }

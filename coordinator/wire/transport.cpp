@@ -161,6 +161,7 @@ void WorkerLink::reset() {
 Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, FrameRef>> & frames, bool corrupt_after_hash) {
     h.n_frames = 0;
     h.instance = instance_;
+    last_error_ = ErrorCode::ok;
     for (size_t i = 0; i < frames.size(); ++i)
         msg_header_set_frame(h, (int) i, frames[i].first, frames[i].second.data, frames[i].second.bytes);
     sent_at_ = std::chrono::steady_clock::now();
@@ -306,7 +307,8 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
                 const ErrorCode code = static_cast<ErrorCode>(h.status);
                 const std::string text = endpoint_ + ": worker error " + error_code_name(code) + ": " +
                                          std::string(static_cast<const char *>(data.data()), data.size());
-                if (code == ErrorCode::bad_plan) return Status::mismatch(text);
+                last_error_ = code;
+                if (code == ErrorCode::bad_plan || code == ErrorCode::model_changed) return Status::mismatch(text);
                 if (code == ErrorCode::over_budget) return Status::invalid_argument(text);
                 return Status::io_error(text);
             }

@@ -111,9 +111,12 @@ public:
     /// another worker instance: counted in foreign_instance, the worker must be verified again);
     /// io_error (error reply: message and code; or the process is exiting, see
     /// transport_stop_waiting); an error reply bad_plan is a mismatch too (say hello again), and
-    /// over_budget is invalid_argument (the worker is fine, this request was too large for it).
+    /// over_budget is invalid_argument (the worker is fine, this request was too large for it);
+    /// model_changed is a mismatch (the worker will never serve its model again).
     /// After any other error the caller should reset().
     Status recv(uint64_t request_id, MsgHeader & h, zmq::message_t & data);
+    /// The code of the last error reply recv() took since the last send() (ok: none).
+    ErrorCode last_error() const { return last_error_; }
 
     /// Closes the socket (linger 0) and connects a fresh one.
     void reset();
@@ -139,6 +142,7 @@ private:
     std::chrono::steady_clock::time_point closed_seen_{};
     std::chrono::steady_clock::time_point sent_at_;
     int32_t sent_rows_ = 0;  // n_rows of the request in flight
+    ErrorCode last_error_ = ErrorCode::ok;  // of the reply to the request in flight
     WorkerStats stats_;
     uint64_t instance_ = 0;
     LinkKeys keys_;

@@ -135,6 +135,43 @@ INSTANTIATE_TEST_SUITE_P(Modes, ModelSwap,
                              return std::string(i.param.mode) + (i.param.no_mmap ? "_no_mmap" : "_mmap");
                          });
 
+TEST(WorkerFileChanged, AMappedWorkerWhoseModelFileChangedIsRefusedAndCountedAsSuch) {
+    // A breaker: a --mmap worker whose file really changed still answered hello with its digests from
+    // load, so this host probed it every back-off; each compute was refused and computed here, but
+    // the report showed no refusal. Now its hello and computes say model_changed, counted as a
+    // refusal of that instance.
+    const std::string a = model_a();
+    Cluster c{test_dir("worker_file_changed"), {}};
+    const std::string served = c.dir + "/served.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", a, served}).exit_code, 0);
+    const std::string endpoint = "ipc://" + c.dir + "/w.sock";
+    ASSERT_TRUE(c.start_worker(served, endpoint, "", {}, {"--mmap"}));
+    const std::string pause = c.dir + "/pause";
+    std::ofstream(c.dir + "/plain-pause.go") << "go\n";
+    ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause"})).exit_code, 0);
+    const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
+    CommandResult host;
+    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause}), cfg); });
+    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // the same size, other weights, written in place: the mapping now reads them
+    const bool rewritten = run_command({"/bin/dd", "if=" + model_b(), "of=" + served, "conv=notrunc", "status=none"}).exit_code == 0;
+    std::ofstream(pause + ".go") << "go\n";
+    t.join();
+    ASSERT_TRUE(rewritten);
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json")) << "bit-identical to the engine alone";
+    const json rep = load_json(c.dir + "/dist.json");
+    const json & w = rep["workers"][0];
+    ASSERT_EQ(w["refusals"].get<int>(), 1) << "one refusal of one instance, however often it is probed: " << w.dump();
+    const std::string first = w["refusals_first"][0].get<std::string>();
+    EXPECT_NE(first.find("model_changed"), std::string::npos) << first;
+    EXPECT_NE(first.find("instance " + moezip::hex64(c.workers[0]->instance())), std::string::npos) << first;
+    EXPECT_GE(sum_layers(rep, "fallbacks"), 1u) << "its part was computed here";
+    ASSERT_EQ(c.workers[0]->stop(SIGTERM, 5000), 0);
+    const std::string counters = c.workers[0]->stderr_text();
+    EXPECT_NE(counters.find("model_changed"), std::string::npos) << counters;
+}
+
 // ---- A2: a worker replaced behind its endpoint --------------------------------------------------
 
 struct Replacement {

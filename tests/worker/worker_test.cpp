@@ -762,10 +762,20 @@ TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARen
         ASSERT_EQ(after.st_size, before.st_size);
         ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec) << "the size and modification time are the old ones";
         for (int i = 0; i < 2; ++i) {
-            WorkerReply rep = result_of(w);
+            WorkerReply rep = ask_compute(planned_before, r);
             ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << rep.text();
+            EXPECT_EQ(rep.h.status, (int32_t) moezip::ErrorCode::model_changed) << rep.text();
             EXPECT_NE(rep.text().find("its modification time set back"), std::string::npos) << rep.text();
         }
+        // a breaker found its hello still answered hello_ok, so the coordinator probed it every
+        // back-off without ever counting a refusal: the hello is refused with the same reason now
+        WorkerClient later(w.endpoint(), w.instance(), "");
+        later.send(simple_frames(MsgKind::hello, 7, hello_json(kRowsPlan)));
+        WorkerReply hello;
+        ASSERT_TRUE(later.recv(hello));
+        ASSERT_EQ(hello.h.kind, (uint16_t) MsgKind::error) << hello.text();
+        EXPECT_EQ(hello.h.status, (int32_t) moezip::ErrorCode::model_changed) << hello.text();
+        EXPECT_NE(hello.text().find("restart the worker"), std::string::npos) << hello.text();
     }
     // 2. replaced by a rename (the way to update a model): the worker keeps its open file, whose
     // bytes did not change, and serves the same result
@@ -786,6 +796,49 @@ TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARen
         ASSERT_EQ(again.frames[0].size(), first.frames[0].size());
         EXPECT_EQ(memcmp(again.frames[0].data(), first.frames[0].data(), first.frames[0].size()), 0) << "the same bits";
     }
+}
+
+TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
+    // A breaker's suspected race: a --mmap worker reads the file as it is while the kernels run. A
+    // rewrite during a compute, written back before the next request with the modification time set
+    // back, left that one result from other bytes unchecked (the next request's re-hash finds the old
+    // bytes). The stamp is compared again after the compute (here: during the reply's delay).
+    const std::string other = fixture_model({"--preset", "tiny", "--type", "q8_0", "--seed", "7"});
+    ASSERT_FALSE(other.empty());
+    const std::string dir = test_dir("worker_changed_during_compute");
+    const std::string model = dir + "/m.gguf", original = dir + "/original.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", tiny_model(), model}).exit_code, 0);
+    ASSERT_EQ(run_command({"/bin/cp", tiny_model(), original}).exit_code, 0);
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir, {{"MOEZIP_WORKER_FAULT", "delay_ms=1500"}}))
+        << w.error();
+    WorkerClient c(w.endpoint(), w.instance());
+    const ComputeRequest r = random_request(0, 2, 92);
+    const WorkerReply before = ask_compute(c, r);
+    ASSERT_EQ(before.h.kind, (uint16_t) MsgKind::result) << before.text();
+    struct stat st0;
+    ASSERT_EQ(stat(model.c_str(), &st0), 0);
+    bool rewritten = false;
+    std::thread rewrite([&]() {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // inside the 1.5 s the request holds
+        const bool a = run_command({"/bin/dd", "if=" + other, "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
+        const bool b = run_command({"/bin/dd", "if=" + original, "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
+        const struct timespec times[2] = {st0.st_atim, st0.st_mtim};
+        rewritten = a && b && utimensat(AT_FDCWD, model.c_str(), times, 0) == 0;
+    });
+    const WorkerReply during = ask_compute(c, r);
+    rewrite.join();
+    ASSERT_TRUE(rewritten);
+    ASSERT_EQ(during.h.kind, (uint16_t) MsgKind::error) << "a result computed while the file changed: " << during.text();
+    EXPECT_EQ(during.h.status, (int32_t) moezip::ErrorCode::compute_failed) << during.text();
+    EXPECT_NE(during.text().find("while this request was computed"), std::string::npos) << during.text();
+    // written back: the next request hashes the served experts again, finds the loaded bytes and serves them
+    const WorkerReply after = ask_compute(c, r);
+    ASSERT_EQ(after.h.kind, (uint16_t) MsgKind::result) << after.text();
+    ASSERT_EQ(after.frames.size(), before.frames.size());
+    ASSERT_GE(before.frames.size(), 1u);
+    ASSERT_EQ(after.frames[0].size(), before.frames[0].size());
+    EXPECT_EQ(memcmp(after.frames[0].data(), before.frames[0].data(), before.frames[0].size()), 0) << "the same bits";
 }
 
 TEST(WorkerShard, AModelReplacedByRenameIsStillReadWhileItsBytesAreTheSame) {

@@ -229,6 +229,17 @@ static bool same_time(const struct timespec & a, const struct timespec & b) {
     return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
+bool WorkerModel::file_stamp_moved() const {
+    const auto & parts = parts_.parts();
+    for (size_t i = 0; i < parts.size() && i < file_stamps_.size(); ++i) {
+        struct stat st;
+        if (fstat(parts[i].fd, &st) != 0) return true;
+        const FileStamp & f = file_stamps_[i];
+        if ((int64_t) st.st_size != f.size || !same_time(st.st_mtim, f.mtime) || !same_time(st.st_ctim, f.ctime)) return true;
+    }
+    return false;
+}
+
 Status WorkerModel::file_unchanged() const {
     if (!file_changed_.empty()) return Status::io_error(file_changed_);
     const auto & parts = parts_.parts();

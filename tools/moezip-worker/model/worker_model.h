@@ -114,6 +114,8 @@ public:
     /// The model's files in part order, each with the MoE layers it holds expert tensors of.
     std::vector<WorkerFile> files() const;
 
+    /// The model's first file, as the worker was started with it.
+    const std::string & path() const { return path_; }
     /// True when the expert tensors point into a shared read-only mapping of the file (--mmap).
     bool mapped() const { return mapped_; }
     /// Gives back the pages wholly inside bytes [start, start + bytes) of expert tensor t's data
@@ -140,6 +142,12 @@ public:
     /// (file_digests_differ): equal, the new time is kept and serving goes on (logged with its cost);
     /// different, an io_error from then on.
     Status file_unchanged() const;
+    /// True once file_unchanged() found the files changed (every later request and hello is refused).
+    bool file_changed() const { return !file_changed_.empty(); }
+    /// True when a file's size, modification or status-change time differs from what the last
+    /// file_unchanged() accepted (fstat only, nothing hashed): a request computed from the mapping
+    /// while this moved may have read bytes of another content, even one already written back.
+    bool file_stamp_moved() const;
 
 private:
     Status find_layers();

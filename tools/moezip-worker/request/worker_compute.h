@@ -62,6 +62,8 @@ public:
     /// from `api`), experts and served experts.
     static RequestShape request_shape_of(const WorkerModel & model, const GgmlApi & api);
     const RequestShape & shape() const { return shape_; }
+    /// The served model (its file checks: WorkerModel::file_unchanged, file_stamp_moved).
+    const WorkerModel & model() const { return model_; }
     /// What shard mode gave back and read again (bytes).
     const SliceResidency & residency() const { return residency_; }
     /// Shard mode's packed slices (bytes held).

@@ -12,6 +12,8 @@
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
 //   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
 //                    replying (a host N times slower, for the automatic shares' tests)
+//   slow_prefill=N   the same for requests of more than 8 rows only (a host throttled under
+//                    sustained load, as a CPU quota does: full speed in decode, slow in prefill)
 //   unsliced_keep_ms=N  shard mode keeps a slice's rows N ms after its last request instead of 10 s
 //                    (model/slice_residency.h), so tests see rows given back and read again quickly
 // Never set it in production: the worker then gives wrong answers or none on purpose.
@@ -33,6 +35,7 @@ struct WorkerFaults {
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
     int slow = 1;             ///< 1..100: compute time multiplied by this
+    int slow_prefill = 1;     ///< 1..100: the same for requests of more than 8 rows
     int unsliced_keep_ms = -1;  ///< -1 = SliceResidency::kKeepMs; 0..600000
 };
 

@@ -108,7 +108,7 @@ void Server::send_error(zmq::message_t & identity, const MsgHeader * h, ErrorCod
 Status Server::compute_checked(const MsgHeader & h, const void * const * frames, MsgHeader & reply, zmq::message_t & out, ErrorCode & code) {
     try {
         Status st = compute_.compute(h, frames, reply, out);
-        if (!st) code = ErrorCode::compute_failed;
+        if (!st) code = compute_.model().file_changed() ? ErrorCode::model_changed : ErrorCode::compute_failed;
         return st;
     } catch (const std::bad_alloc &) {
     } catch (const zmq::error_t & e) {
@@ -159,11 +159,20 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     zmq::message_t out;
     const auto t_compute = std::chrono::steady_clock::now();
     if (st) st = compute_checked(h, frames, reply, out, code);
-    if (opt_.faults.slow > 1) {
+    const int slow = h.n_rows > 8 ? std::max(opt_.faults.slow, opt_.faults.slow_prefill) : opt_.faults.slow;
+    if (slow > 1) {
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t_compute).count();
-        usleep((useconds_t) (us * (opt_.faults.slow - 1)));
+        usleep((useconds_t) (us * (slow - 1)));
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
+    // A mapping reads the file as it is while the kernels run: a change during the compute (even one
+    // written back before the next request, its modification time set back) may be in the result,
+    // which no digest covers. It is dropped; the next request or hello checks the file again.
+    if (st && compute_.model().mapped() && compute_.model().file_stamp_moved()) {
+        code = ErrorCode::compute_failed;
+        st = Status::io_error("model " + compute_.model().path() + " changed on disk (size, modification or status-change "
+                              "time) while this request was computed from its mapping: the result is dropped");
+    }
     c_.shard_packed_max = compute_.slices().max_bytes();
     c_.shard_evicted = compute_.slices().evicted();
     c_.unsliced_released = compute_.residency().released_bytes();
@@ -201,6 +210,12 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
         st = Status::invalid_argument("hello: not JSON");
     } else {
         st = worker_plan_parse(j, compute_.shape(), plan, code);
+    }
+    // a mapped model whose file changed is refused here too, not only at its first compute: the
+    // coordinator then counts a refusal of this instance instead of probing it every back-off
+    if (st && compute_.model().mapped()) {
+        st = compute_.model().file_unchanged();
+        if (!st) code = ErrorCode::model_changed;
     }
     if (!st) {
         plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
