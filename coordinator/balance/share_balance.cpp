@@ -14,7 +14,7 @@ constexpr size_t kHistoryMax = 256;
 
 ShareBalancer::ShareBalancer(size_t n_hosts, SharePayload payload)
     : payload_(payload), ms_per_unit_(n_hosts), overhead_(n_hosts), samples_(n_hosts), units_(n_hosts, 0), probes_(n_hosts, 0),
-      idle_calls_(n_hosts, 0) {}
+      idle_calls_(n_hosts, {0, 0}) {}
 
 double ShareBalancer::per_unit(size_t h, CallSize size) const {
     const int c = (int) size;
@@ -119,17 +119,18 @@ std::vector<int64_t> ShareBalancer::best_for_mix(int64_t units, const CallMix & 
     return mix_ms(best, mix) <= 0.95 * mix_ms(current, mix) ? best : current;
 }
 
-void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after) {
+void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size) {
     int64_t units = 0;
     for (int64_t c : counts) units += c;
     for (size_t h = 0; h < counts.size(); ++h) {
-        if (counts[h] > 0) { idle_calls_[h] = 0; continue; }
-        if (++idle_calls_[h] < after || units < 2) continue;
+        uint64_t & idle = idle_calls_[h][(int) size];
+        if (counts[h] > 0) { idle = 0; continue; }
+        if (++idle < after || units < 2) continue;
         size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
         --counts[big];
         ++counts[h];
         ++probes_[h];
-        idle_calls_[h] = 0;
+        idle = 0;
     }
 }
 
@@ -153,13 +154,14 @@ void ShareBalancer::observe(size_t h, CallSize size, double units, double ms) {
     moving_average_add(ms_per_unit_[h][(int) size], ms / units, samples_[h][(int) size]);
 }
 
-void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always) {
+void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always, const char * call_size) {
     if (history_.size() >= kHistoryMax || !(always || call <= 32 || call % 64 == 0)) return;
     int64_t total = 0;
     for (int64_t c : counts) total += c;
     nlohmann::json shares = nlohmann::json::array();
     for (int64_t c : counts) shares.push_back(total > 0 ? (double) c / (double) total : 0.0);
     history_.push_back({{"call", call}, {"shares", shares}});
+    if (call_size != nullptr) history_.back()["call_size"] = call_size;
 }
 
 nlohmann::json ShareBalancer::to_json(const std::vector<std::string> & names, const std::string & unit) const {

@@ -71,8 +71,9 @@ public:
     /// A unit's cost is taken at scale = the call's rows (shard mode's units: n_ff blocks of every row).
     std::vector<int64_t> best_for_mix(int64_t units, const CallMix & mix, const std::vector<int64_t> & current) const;
     /// A host with no units in `counts` for `after` calls of this in a row gets one unit from the
-    /// largest (counted as a probe), so it is measured again.
-    void probe_idle(std::vector<int64_t> & counts, uint64_t after);
+    /// largest (counted as a probe), so it is measured again. Counted apart for the splits of
+    /// decode and prefill calls (`size`), which shard mode keeps apart.
+    void probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size = CallSize::large);
     /// Adds one call's units per host to the totals the report shows.
     void count(const std::vector<int64_t> & counts);
     /// Expected time of the slowest host (ms) for `counts` units each at `scale`, in a call of `size`.
@@ -83,11 +84,12 @@ public:
     /// A worker's round trip minus service time (overhead_sample(), worker_overhead.h; payload: the
     /// rows of its request).
     void observe_overhead(size_t h, const OverheadSample & s) { overhead_[h].observe(s); }
-    /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most 256).
-    void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false);
+    /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most
+    /// 256). `call_size`: "decode" or "prefill" when the split serves only those calls (shard mode).
+    void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false, const char * call_size = nullptr);
     /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
     /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes"}],
-    /// "history": [{"call", "shares": [...]}]}.
+    /// "history": [{"call", "shares": [...], "call_size" (when the split serves only decode or prefill calls)}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
     /// Host h's expected ms per unit (at scale 1) in calls of `size`: measured, or the measured
     /// hosts' mean, or 1.
@@ -101,7 +103,8 @@ private:
     std::vector<std::array<double, 2>> ms_per_unit_;  // by CallSize
     std::vector<WorkerOverhead> overhead_;
     std::vector<std::array<uint64_t, 2>> samples_;    // by CallSize
-    std::vector<uint64_t> units_, probes_, idle_calls_;
+    std::vector<uint64_t> units_, probes_;
+    std::vector<std::array<uint64_t, 2>> idle_calls_;  // by CallSize
     nlohmann::json history_ = nlohmann::json::array();
 };
 

@@ -19,7 +19,14 @@
 // calibration calls at equal slices, which were not chosen from any measurement) is taken at once.
 // In make bench, a change measured on a prompt's calls alone looked 22 ms dear; the next cost 1.2-6 s
 // on a worker capped at 40% of a core.
+//
+// Decode and prefill calls have a split each (a worker throttled under sustained load, as a CPU
+// quota does, keeps its speed in short decode calls and loses it in long prefill ones): the regret
+// and the changes being measured are kept per call size, the price is shared (a repack costs the
+// same whichever calls asked for the new slice).
 #pragma once
+
+#include "coordinator/balance/worker_overhead.h"
 
 #include <nlohmann/json.hpp>
 
@@ -30,33 +37,38 @@ namespace moezip {
 
 class SliceChangeGate {
 public:
-    /// At a slice check: the current and the proposed split's expected ms per call over the recent
-    /// calls, and the calls since the previous check. Adds the saving to the regret; true when the
-    /// proposed split is to be taken now (then changed() must follow).
-    bool take(double current_ms_per_call, double proposed_ms_per_call, uint64_t calls);
-    /// The slices were changed: the next call of each layer pays the repack (measured by observe_call).
-    void changed();
-    /// A call of layer `il` just ended: its wall time, the split's expected time for it, and the least
-    /// its repacks can have cost (repack_floor_ms), ms. The first call of each layer of the run
-    /// counts whole (the first packs); after a change, max(call - expected, floor); a layer seen
-    /// again ends a measurement.
-    void observe_call(int il, double call_ms, double expected_ms, double repack_floor_ms);
+    /// At a slice check of the split of `size` calls: its current and the proposed split's
+    /// expected ms per call over the recent calls of that size, and those calls since the previous
+    /// check. Adds the saving to that split's regret; true when the proposed split is to be taken now
+    /// (then changed(size) must follow). At the calibration check (`calibration`: the first, after
+    /// calls at equal slices that no measurement chose) a change is taken at once.
+    bool take(CallSize size, double current_ms_per_call, double proposed_ms_per_call, uint64_t calls, bool calibration);
+    /// The split of `size` calls changed: their next call of each layer pays the repack (observe_call).
+    void changed(CallSize size);
+    /// A call of layer `il` and `size` just ended: its wall time, the split's expected time for it,
+    /// and the least its repacks can have cost (repack_floor_ms), ms. The first call of each layer of
+    /// the run counts whole (the first packs), whatever its size; after a change of the split of
+    /// `size` calls, max(call - expected, floor); a layer seen again ends that measurement.
+    void observe_call(CallSize size, int il, double call_ms, double expected_ms, double repack_floor_ms);
     /// The dearest change measured (the first packs included), ms; negative before one was.
     double change_cost_ms() const { return cost_ms_; }
     /// {"slice_change_cost_ms" (null before one was measured), "slice_changes_declined" (checks that
-    /// proposed a better split whose saving had not yet paid for a change), "regret_ms"}.
+    /// proposed a better split whose saving had not yet paid for a change), "regret_ms" (both
+    /// splits'), "regret_ms_decode", "regret_ms_prefill"}.
     nlohmann::json to_json() const;
 
 private:
-    double regret_ms_ = 0;
+    double regret_ms_[2] = {0, 0};  // by CallSize
     double cost_ms_ = -1;        // the dearest change measured
-    uint64_t changes_ = 0;
     bool first_packs_ = true;    // the run's first call of each layer is still being measured
     double first_ms_ = 0;
     std::set<int> first_seen_;
-    double measuring_ms_ = 0;    // the change being measured: excess of the layers' first calls so far
-    bool measuring_ = false;
-    std::set<int> seen_;         // layers seen since the change being measured
+    struct Measuring {           // a change of one split being measured
+        bool on = false;
+        double ms = 0;           // excess of the layers' first calls so far
+        std::set<int> seen;      // layers seen since the change
+    };
+    Measuring measuring_[2];     // by CallSize
     uint64_t declined_ = 0;
 };
 

@@ -37,10 +37,22 @@ void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne
     t.op_params[1] = (int32_t) ff_count;
 }
 
-const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
+bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
     auto it = copies_.find(key);
-    if (it != copies_.end() && it->second->src == down->data && it->second->ff_first == ff_first && it->second->ff_count == ff_count)
-        return &it->second->tensor;
+    if (it == copies_.end()) return false;
+    for (const auto & c : it->second)
+        if (c->src == down->data && c->ff_first == ff_first && c->ff_count == ff_count) return true;
+    return false;
+}
+
+const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
+    std::vector<std::unique_ptr<Copy>> & kept = copies_[key];
+    for (size_t i = 0; i < kept.size(); ++i) {
+        Copy & c = *kept[i];
+        if (c.src != down->data || c.ff_first != ff_first || c.ff_count != ff_count) continue;
+        std::rotate(kept.begin(), kept.begin() + (ptrdiff_t) i, kept.begin() + (ptrdiff_t) i + 1);  // most recently used first
+        return &kept[0]->tensor;
+    }
     const int64_t n_ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2];
     const int64_t blk = api_.ggml_blck_size(down->type);
     const size_t type_size = api_.ggml_type_size(down->type);
@@ -48,7 +60,10 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     if (!gguf_dense_layout(api_, down) || ff_first < 0 || ff_count <= 0 || ff_first + ff_count > n_ff ||
         ff_first % blk != 0 || ff_count % blk != 0)
         return nullptr;
-    copies_.erase(key);  // the old copy goes before the new one is made: one per key at any time
+    // a copy of other weights (the same key, reloaded) or the least recently used goes before the
+    // new one is made: at most kPerKey per key at any time
+    kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const std::unique_ptr<Copy> & c) { return c->src != down->data; }), kept.end());
+    if (kept.size() >= kPerKey) kept.resize(kPerKey - 1);
     auto c = std::make_unique<Copy>();
     c->src = down->data;
     c->ff_first = ff_first;
@@ -66,15 +81,17 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     pack_row_parts(static_cast<const uint8_t *>(down->data), row, at, part, n_embd * n_expert, dst);
     describe_packed_slice(c->tensor, down, ff_count, n_embd, n_expert, part, dst, ff_first, ff_count);
     const ggml_tensor * out = &c->tensor;
-    copies_[key] = std::move(c);
+    kept.insert(kept.begin(), std::move(c));
     max_bytes_ = std::max(max_bytes_, bytes());
     ++made_;
+    ++made_per_key_[key];
     return out;
 }
 
 uint64_t DownSliceCopies::bytes() const {
     uint64_t n = 0;
-    for (const auto & kv : copies_) n += kv.second->data.size();
+    for (const auto & kv : copies_)
+        for (const auto & c : kv.second) n += c->data.size();
     return n;
 }
 

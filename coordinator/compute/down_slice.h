@@ -8,8 +8,9 @@
 // proportional to the slice. It holds the same quantization blocks in the same order, so the
 // kernel's dot products, and the results, are bit-identical to the strided view's.
 //
-// One copy per key (a plan on the coordinator, a layer on a worker): asking for another slice of
-// the same key replaces it. The gate and up slices need no copy: they are whole rows (ne[1]).
+// Up to kPerKey copies per key (a plan): the slices of decode and prefill calls, which automatic
+// shares may set apart; asking for a third slice of the same key replaces the least recently used.
+// The gate and up slices need no copy: they are whole rows (ne[1]).
 #pragma once
 
 #include "coordinator/memory/anonymous_memory.h"
@@ -41,18 +42,22 @@ void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne
 
 class DownSliceCopies {
 public:
+    static constexpr size_t kPerKey = 2;
+
     explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
 
     /// A tensor [ff_count, n_embd, n_expert] of down's type holding units [ff_first, ff_first +
     /// ff_count) of every row of `down`, packed (dense strides; op_params[0..1] = ff_first and
     /// ff_count, which MoeExecutor checks against the weights' slice). Made at the first call for
-    /// `key` and this slice and kept until another slice is asked for under `key` (the old copy is
-    /// freed first), or forget(key).
+    /// `key` and this slice and kept while it is among the kPerKey slices of `key` used last (the
+    /// least recently used copy is freed before a new one is made), or until forget(key).
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
     /// the slice is not whole blocks inside n_ff (the executor then reports the error), or no memory
     /// could be reserved for the copy (the strided view of `down` serves instead).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
-    /// Drops the copy of `key` (its weights were freed, e.g. the engine unloaded the model).
+    /// True when `key` holds a copy of this slice of `down` (nothing is made).
+    bool holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const;
+    /// Drops the copies of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) { copies_.erase(key); }
     /// Bytes held by every copy now, and the most held at once since the start (the report is
     /// written after the engine freed its model, when every copy is gone).
@@ -60,6 +65,11 @@ public:
     uint64_t max_bytes() const { return max_bytes_; }
     /// Copies made since the start (a call that made one spent its time packing: LayerCounters::ms_setup).
     uint64_t made() const { return made_; }
+    /// Copies made for `key` since the start (each read all of its down weights again).
+    uint64_t made(uint64_t key) const {
+        auto it = made_per_key_.find(key);
+        return it == made_per_key_.end() ? 0 : it->second;
+    }
 
 private:
     struct Copy {
@@ -69,9 +79,10 @@ private:
         ggml_tensor tensor{};
     };
     const GgmlApi & api_;
-    std::map<uint64_t, std::unique_ptr<Copy>> copies_;
+    std::map<uint64_t, std::vector<std::unique_ptr<Copy>>> copies_;  // per key, the most recently used first
     uint64_t max_bytes_ = 0;
     uint64_t made_ = 0;
+    std::map<uint64_t, uint64_t> made_per_key_;
     bool reserve_failed_ = false;  // logged once
 };
 

@@ -18,9 +18,10 @@ Dispatcher::Dispatcher(const Config & cfg, const GgmlApi & api, EngineIdentity s
     : cfg_(cfg), api_(api), self_(std::move(self)), exec_(api, cfg.threads > 0 ? cfg.threads : 1), pid_(getpid()) {
     fault_corrupt_ = test_fault("corrupt_request");
     workers_.resize(cfg.workers.size());
-    shard_shares_.assign(1, cfg.shard.local_share);
-    for (const WorkerConfig & w : cfg.workers) shard_shares_.push_back(w.share);
-    if (cfg.shard.auto_share) shard_shares_.assign(cfg.workers.size() + 1, 1.0 / (double) (cfg.workers.size() + 1));
+    shard_shares_[1].assign(1, cfg.shard.local_share);
+    for (const WorkerConfig & w : cfg.workers) shard_shares_[1].push_back(w.share);
+    if (cfg.shard.auto_share) shard_shares_[1].assign(cfg.workers.size() + 1, 1.0 / (double) (cfg.workers.size() + 1));
+    shard_shares_[0] = shard_shares_[1];
     for (size_t i = 0; i < workers_.size(); ++i) {
         Worker & w = workers_[i];
         w.cfg = &cfg.workers[i];
@@ -91,8 +92,12 @@ Status Dispatcher::hello(Worker & w, bool short_wait) {
 // What this host will ask of worker w (the worker refuses anything else: bad_plan).
 nlohmann::json Dispatcher::plan_json(size_t w) const {
     if (cfg_.mode == ConfigMode::experts) return {{"mode", "experts"}, {"experts", expert_ranges_format(cfg_.workers[w].experts)}};
-    if (cfg_.mode == ConfigMode::shard)
-        return {{"mode", "shard"}, {"shares", shard_shares_}, {"slice", w + 1}};  // slices in split order: this host first
+    if (cfg_.mode == ConfigMode::shard) {
+        // slices in split order: this host first; decode calls' own split only when it differs
+        nlohmann::json plan = {{"mode", "shard"}, {"shares", shard_shares_[1]}, {"slice", w + 1}};
+        if (shard_shares_[0] != shard_shares_[1]) plan["decode_shares"] = shard_shares_[0];
+        return plan;
+    }
     return {{"mode", "rows"}};
 }
 
@@ -358,8 +363,8 @@ void Dispatcher::note_inexact(Worker & w) {
     if (pending_errors_.size() < 50) pending_errors_.push_back(why);
 }
 
-void Dispatcher::set_shard_shares(std::vector<double> shares) {
-    shard_shares_ = std::move(shares);
+void Dispatcher::set_shard_shares(CallSize size, std::vector<double> shares) {
+    shard_shares_[(int) size] = std::move(shares);
     for (Worker & w : workers_) w.said_hello = false;  // usable() says hello with the new plan first
 }
 

@@ -20,6 +20,7 @@
 // results to recompute here (worker_trust.h): a worker caught lying is untrusted for the run.
 #pragma once
 
+#include "coordinator/balance/worker_overhead.h"
 #include "coordinator/config/config.h"
 #include "coordinator/dispatch/expert_digests_here.h"
 #include "coordinator/dispatch/worker_trust.h"
@@ -97,12 +98,14 @@ public:
     void count_fallback(size_t w) { if (workers_[w].link) ++workers_[w].link->stats().fallbacks; else ++workers_[w].fallbacks_unlinked; }
     /// Test-only fault switch MOEZIP_TEST_FAULT=corrupt_request: corrupt request frames after hashing.
     bool fault_corrupt_request() const { return fault_corrupt_; }
-    /// Shard mode: the shares of n_ff (this host first, then the workers) the hellos state as the
-    /// plan: the config's, or with local_share = "auto" equal ones until set_shard_shares.
-    const std::vector<double> & shard_shares() const { return shard_shares_; }
-    /// New shard shares (sum 1): every worker says hello again with them before its next request,
-    /// so it accepts only its new slice (a changed slice is a new plan, docs/protocol.md).
-    void set_shard_shares(std::vector<double> shares);
+    /// Shard mode: the shares of n_ff (this host first, then the workers) of calls of `size` that
+    /// the hellos state as the plan: the config's for every call, or with local_share = "auto" equal
+    /// ones until set_shard_shares. Decode and prefill calls may have their own split (auto only).
+    const std::vector<double> & shard_shares(CallSize size = CallSize::large) const { return shard_shares_[(int) size]; }
+    /// New shard shares (sum 1) for calls of `size`: every worker says hello again with both splits
+    /// before its next request, so it accepts only its slices of them (a changed slice is a new plan,
+    /// docs/protocol.md).
+    void set_shard_shares(CallSize size, std::vector<double> shares);
     MoeExecutor & executor() { return exec_; }
     /// This host's content digests of the experts workers compute, and what reading them cost.
     const ExpertDigestsHere & digests_here() const { return digests_here_; }
@@ -183,7 +186,7 @@ private:
     std::vector<std::string> pending_errors_;
     bool fault_corrupt_ = false;
     MoeExecutor exec_;
-    std::vector<double> shard_shares_;
+    std::vector<double> shard_shares_[2];  // by CallSize
     int pid_ = 0;
     ExpertDigestsHere digests_here_;  // this host's content digests of the experts workers compute
 };

@@ -252,8 +252,9 @@ nlohmann::json ShardHandler::balance_json() const {
     nlohmann::json j = share_bal_.to_json(host_names(cfg_), "row x n_ff block");
     j["mode"] = "shard";
     j["slice_changes"] = slice_changes_;
-    j.update(change_gate_.to_json());  // slice_change_cost_ms, slice_changes_declined, regret_ms
-    j["shares"] = disp_.shard_shares();
+    j.update(change_gate_.to_json());  // slice_change_cost_ms, slice_changes_declined, regret_ms(_decode, _prefill)
+    j["shares"] = disp_.shard_shares(CallSize::large);
+    j["decode_shares"] = disp_.shard_shares(CallSize::small);
     return j;
 }
 

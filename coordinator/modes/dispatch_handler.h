@@ -146,18 +146,19 @@ public:
     void forget_plans(const std::vector<uint64_t> & plans) override;
 
 private:
-    /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices to
-    /// the measured speeds when that is expected to save at least 5% over the calls seen (a new
-    /// plan: hello again). The slices serve decode and prefill calls alike, so they are chosen by
-    /// their expected time over the recent mix of calls (ShareBalancer::best_for_mix). A host left
-    /// without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
+    /// local_share = "auto": after the first calls, and every 64 calls after, moves the slices of
+    /// decode calls and those of prefill calls each to the measured speeds in such calls, when that
+    /// is expected to save at least 5% over the recent calls of that size (ShareBalancer::best_for_mix)
+    /// and the saving so far pays for the repack (SliceChangeGate; a new plan: hello again). A host
+    /// left without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
     void adjust_slices(int64_t n_blocks, int64_t n_rows);
     /// Fixed shares: counts, and warns once per host, a layer where a host's share > 0 gave it no
     /// block of n_ff (split_ff rounds to whole blocks of the down weights' type).
     void note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices);
-    /// Once per (plan, slice), after a call every worker served: drops this host's pages of what
-    /// slice `own` never reads (weight_release.h). A fallback, a verification or a new slice reads
-    /// them back from the file.
+    /// Once per (plan, slice, packed copies made), after a call every worker served: drops this
+    /// host's pages of what slice `own` (the union of its decode and prefill slices) never reads
+    /// (weight_release.h), and of all of down once `down_packed` (both slices read packed copies).
+    /// A fallback, a verification or a new slice reads them back from the file.
     void release_unowned(const MoeRegion & r, const RowBlock & own, bool down_packed);
     static constexpr uint64_t kShardCalibrationCalls = 4;  // calls at equal slices before the first adjustment
     static constexpr uint64_t kShardAdjustEvery = 64;      // calls between later adjustments
@@ -165,6 +166,7 @@ private:
     CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
+    uint64_t calls_since_check_[2] = {0, 0};  // by CallSize
     SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
@@ -175,7 +177,7 @@ private:
         std::string reason;  // the first layer's: share, n_ff, block
     };
     std::map<size_t, NoSlice> no_slice_;  // per host (0 = here, 1 + w = worker w)
-    std::set<std::array<int64_t, 3>> released_;  // (plan, ff_first, ff_count) whose pages were dropped
+    std::set<std::array<int64_t, 4>> released_;  // (plan, ff_first, ff_count, copies made) whose pages were dropped
     WeightReleaseTally release_;
 };
 

@@ -41,7 +41,8 @@ nlohmann::json ShardHandler::memory_json() const {
 }
 
 void ShardHandler::release_unowned(const MoeRegion & r, const RowBlock & own, bool down_packed) {
-    if (!released_.insert({(int64_t) r.plan_id, own.first, own.count}).second) return;
+    // again after every new packed copy: making it read the whole of down back into memory
+    if (!released_.insert({(int64_t) r.plan_id, own.first, own.count, (int64_t) down_copies_.made(r.plan_id)}).second) return;
     std::vector<std::pair<const ggml_tensor *, ByteRanges>> drop = {{r.gate_exps, rows_outside_slice(r.gate_exps, own.first, own.count)},
                                                                     {r.up_exps, rows_outside_slice(r.up_exps, own.first, own.count)}};
     // down [n_ff, n_embd, n_expert]: this host reads its packed copy only (or nothing, without a slice)
@@ -85,7 +86,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         return Status::unsupported("layer " + std::to_string(r.il) + ": n_ff " + std::to_string(r.n_ff) +
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
     if (cfg_.shard.auto_share) adjust_slices(r.n_ff / block, n);
-    const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares());
+    const CallSize size = call_size(n);
+    const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares(size));
     if (!cfg_.shard.auto_share) note_empty_slices(r, block, slices);
     std::vector<int64_t> blocks_per_host;  // local_share = "auto": what the balancer expects this call to take
     if (cfg_.shard.auto_share) {
@@ -181,8 +183,17 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
         c.fallbacks += 1;
         c.local_slots += n * k;
     }
-    // every worker served its slice: what this host's slice never reads can leave its memory
-    if (c.fallbacks == fallbacks_before && !pending.empty()) release_unowned(r, slices[0], down_packed);
+    // every worker served its slice: what this host's slices never read can leave its memory (its
+    // slice of the other call size's split too: this host's slice is the first of both)
+    if (c.fallbacks == fallbacks_before && !pending.empty()) {
+        const CallSize other = size == CallSize::small ? CallSize::large : CallSize::small;
+        const RowBlock other_own = split_ff(r.n_ff, block, disp_.shard_shares(other))[0];
+        const bool other_packed = other_own.count == 0 || other_own.count == slices[0].count ||
+                                  down_copies_.holds(r.plan_id, r.down_exps, other_own.first, other_own.count);
+        RowBlock own = slices[0];
+        own.count = std::max(own.count, other_own.count);
+        release_unowned(r, own, down_packed && other_packed);
+    }
     // 5. reduce in slice order, whoever computed each slice: the result does not depend on failures
     TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
@@ -200,49 +211,57 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // and down of its slice (this host only down), at its own speed: taken as 3 x this host's repack
     // x its expected compute time for its slice over this host's for its own.
     if (cfg_.shard.auto_share) {
-        const CallSize size = call_size(n);
         const double own_ms = blocks_per_host[0] * share_bal_.per_unit(0, size);
         double worker_factor = 0;
         for (size_t h = 1; h < blocks_per_host.size() && own_ms > 0; ++h)
             worker_factor = std::max(worker_factor, 3 * blocks_per_host[h] * share_bal_.per_unit(h, size) / own_ms);
-        change_gate_.observe_call(r.il, ms_between(t0, std::chrono::steady_clock::now()), share_bal_.makespan(blocks_per_host, (double) n, size),
+        change_gate_.observe_call(size, r.il, ms_between(t0, std::chrono::steady_clock::now()), share_bal_.makespan(blocks_per_host, (double) n, size),
                                   setup_ms * (1 + worker_factor));
     }
     return Status::ok();
 }
 
 // Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
-// the boundaries of the partial sums (the last bits of shard results, within the tolerance).
+// the boundaries of the partial sums (the last bits of shard results, within the tolerance). Decode
+// and prefill calls have a split each: a host's speed may differ between them (a worker capped by a
+// CPU quota keeps its speed in short decode calls and loses it in long prefill ones, so the split
+// that balances a prompt leaves decode waiting on this host). Both stay packed (two copies of this
+// host's down slice, two slices on each worker, while they differ).
 void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     mix_.add(n_rows);
+    ++calls_since_check_[(int) call_size(n_rows)];
     if (++calls_auto_ == 1) {
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
         share_bal_.record(0, first, /*always =*/ true);  // the equal slices of the calibration calls
     }
-    if (!(calls_auto_ == kShardCalibrationCalls || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return;
-    std::vector<int64_t> cur;
-    for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) cur.push_back(b.count);
-    std::vector<int64_t> next = share_bal_.best_for_mix(n_blocks, mix_, cur);
-    if (next != cur) {
-        // a better split is taken once what the current one lost since the last change pays for
-        // the repack a change costs (slice_change_gate.h); probes below are not gated (rare: only
-        // for a host left without a slice)
-        const double calls_in_mix = mix_.calls[0] + mix_.calls[1];
-        const uint64_t since = calls_auto_ == kShardCalibrationCalls ? kShardCalibrationCalls : kShardAdjustEvery;
-        if (calls_in_mix > 0 &&
-            !change_gate_.take(share_bal_.mix_ms(cur, mix_) / calls_in_mix, share_bal_.mix_ms(next, mix_) / calls_in_mix, since))
+    const bool calibration = calls_auto_ == kShardCalibrationCalls;
+    if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return;
+    for (CallSize size : {CallSize::small, CallSize::large}) {
+        const int sc = (int) size;
+        std::vector<int64_t> cur;
+        for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares(size))) cur.push_back(b.count);
+        CallMix only;  // the recent calls of this size
+        only.calls[sc] = mix_.calls[sc];
+        only.rows[sc] = mix_.rows[sc];
+        std::vector<int64_t> next = only.calls[sc] > 0 ? share_bal_.best_for_mix(n_blocks, only, cur) : cur;
+        // a better split is taken once what the current one lost since the last change pays for the
+        // repack a change costs (slice_change_gate.h); probes below are not gated (rare: only for a
+        // host left without a slice)
+        if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
+                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration))
             next = cur;
+        calls_since_check_[sc] = 0;
+        if (only.calls[sc] > 0) share_bal_.probe_idle(next, kShardProbeAdjustments, size);
+        if (next == cur) continue;
+        change_gate_.changed(size);
+        std::vector<double> shares;
+        for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
+        disp_.set_shard_shares(size, shares);
+        ++slice_changes_;
+        share_bal_.record(calls_auto_, next, /*always =*/ true, size == CallSize::small ? "decode" : "prefill");
     }
-    share_bal_.probe_idle(next, kShardProbeAdjustments);
     mix_.age();
-    if (next == cur) return;
-    change_gate_.changed();
-    std::vector<double> shares;
-    for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
-    disp_.set_shard_shares(shares);
-    ++slice_changes_;
-    share_bal_.record(calls_auto_, next, /*always =*/ true);
 }
 
 } // namespace moezip

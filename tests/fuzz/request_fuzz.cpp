@@ -71,12 +71,13 @@ void require_computable(const RequestShape & shape, const MsgHeader & h, int n, 
 
 // The plans a connection may have; the request id picks one.
 const WorkerPlan & fuzz_plan(uint64_t pick) {
-    static const WorkerPlan plans[3] = {
-        WorkerPlan{WorkerPlan::Mode::rows, {}, {}, -1},
-        WorkerPlan{WorkerPlan::Mode::experts, {{0, 2}}, {}, -1},
-        WorkerPlan{WorkerPlan::Mode::shard, {}, {0.5, 0.5}, 1},
+    static const WorkerPlan plans[4] = {
+        WorkerPlan{WorkerPlan::Mode::rows, {}, {}, {}, -1},
+        WorkerPlan{WorkerPlan::Mode::experts, {{0, 2}}, {}, {}, -1},
+        WorkerPlan{WorkerPlan::Mode::shard, {}, {0.5, 0.5}, {}, 1},
+        WorkerPlan{WorkerPlan::Mode::shard, {}, {0.75, 0.25}, {0.5, 0.5}, 1},  // a decode split of its own
     };
-    return plans[pick % 3];
+    return plans[pick % 4];
 }
 
 // What the server checks after request_check_compute: the plan, then the budget.

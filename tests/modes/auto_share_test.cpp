@@ -188,4 +188,41 @@ TEST(AutoShares, ShardMovesTheSlicesToASlowWorkersSpeedWithinTolerance) {
     EXPECT_LE(shadow["max_abs_err"].get<double>(), 1e-4) << shadow.dump();
 }
 
+TEST(AutoShares, ShardGivesDecodeAndPrefillCallsTheirOwnSplit) {
+    // A worker capped by a CPU quota keeps its speed in short decode calls and loses it in long
+    // prefill ones. make bench measured one split for both: the prompt's split (the worker's share
+    // cut to a fifth) then made decode wait on this host, 0.97x of one node where even halves gave
+    // 1.15x. Here the worker is 6x slower in calls of more than 8 rows only: the prefill split gives
+    // it less, decode calls keep theirs, and the worker computes both slices.
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard_two_splits"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow_prefill=6"}}));
+    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\nshadow_every = 1\n"
+                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    CommandResult r = run_host(c.dir, "auto", model, body);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json rep = load_json(c.dir + "/auto.json");
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u) << "the worker took both slices";
+    EXPECT_EQ(rep["workers"][0]["errors"], 0) << rep["workers"][0].dump();
+    const json & b = rep["balance"];
+    EXPECT_LT(b["shares"][1].get<double>(), 0.5) << "the prefill split shrank the slow worker's slice: " << b.dump();
+    EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << "decode calls kept their (calibration) split: " << b.dump();
+    bool prefill_change = false;
+    for (const json & h : b["history"]) prefill_change = prefill_change || h.value("call_size", "") == "prefill";
+    EXPECT_TRUE(prefill_change) << b.dump();
+    // 16 decode steps: the worker computed decode rows (its slice of the decode split) after the
+    // prefill split had shrunk its slice
+    ASSERT_EQ(c.workers[0]->stop(SIGTERM, 5000), 0);
+    EXPECT_NE(c.workers[0]->stderr_text().find("errors 0"), std::string::npos) << c.workers[0]->stderr_text();
+    // a calibration call's 16 rows at least, then the 15 decode steps of one row in every layer
+    // (the prefill split may leave the slowed worker nothing: its overhead alone outlasts this host's part)
+    const uint64_t n_layers = rep["layers"].size();
+    EXPECT_GE(sum_layers(rep, "remote_rows"), 16u + 15u * n_layers) << rep["layers"].dump();
+    json shadow;
+    for (const auto & w : rep["workers"])
+        if (w.contains("shadow")) shadow = w["shadow"];
+    ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
+    EXPECT_EQ(shadow["exceeded"], 0) << "every call within the verify tolerances: " << shadow.dump();
+}
+
 } // namespace

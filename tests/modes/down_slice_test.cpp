@@ -48,11 +48,13 @@ TEST(DownSlice, ThePackedCopyGivesTheStridedViewsBits) {
     ASSERT_TRUE(m.load(small_q8()));
     const ggml_tensor * down = m.weights(0).down_exps;
     DownSliceCopies copies(reference_api());
+    int64_t previous = 0;  // the width of the slice before: kept beside the newest (kPerKey = 2)
     for (auto slice : {std::pair<int64_t, int64_t>{0, 128}, {64, 128}, {224, 32}}) {
         const ggml_tensor * packed = copies.get(7, down, slice.first, slice.second);
         ASSERT_NE(packed, nullptr);
         EXPECT_EQ(packed->ne[0], slice.second);
-        EXPECT_EQ(copies.bytes(), (uint64_t) (slice.second / 32 * 34) * 256 * 8) << "one q8_0 copy of the slice, the last one only";
+        EXPECT_EQ(copies.bytes(), (uint64_t) ((slice.second + previous) / 32 * 34) * 256 * 8) << "q8_0 copies of the last two slices";
+        previous = slice.second;
         const std::vector<float> strided = slice_outputs(m, nullptr, slice.first, slice.second);
         const std::vector<float> packed_out = slice_outputs(m, packed, slice.first, slice.second);
         ASSERT_EQ(strided.size(), packed_out.size());
@@ -73,9 +75,19 @@ TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
     const ggml_tensor * b = copies.get(2, down, 128, 128);
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(copies.bytes(), 2u * 4 * 34 * 256 * 8);
-    copies.get(1, down, 0, 64);  // another slice under key 1 replaces its copy
-    EXPECT_EQ(copies.bytes(), (2u + 4) * 34 * 256 * 8);
+    const ggml_tensor * a2 = copies.get(1, down, 0, 64);  // another slice under key 1: kept beside the first (decode and prefill splits)
+    EXPECT_EQ(copies.bytes(), (2u + 4 + 4) * 34 * 256 * 8);
+    EXPECT_TRUE(copies.holds(1, down, 0, 128));
+    EXPECT_EQ(copies.get(1, down, 0, 128), a) << "the first copy is still the same";
+    copies.get(1, down, 0, 32);  // a third: the least recently used of key 1 ([0, 64)) goes
+    EXPECT_FALSE(copies.holds(1, down, 0, 64));
+    EXPECT_TRUE(copies.holds(1, down, 0, 128));
+    EXPECT_EQ(copies.bytes(), (1u + 4 + 4) * 34 * 256 * 8);
+    (void) a2;
     copies.forget(2);
+    copies.forget(1);
+    EXPECT_EQ(copies.bytes(), 0u);
+    copies.get(1, down, 0, 64);
     EXPECT_EQ(copies.bytes(), 2u * 34 * 256 * 8);
     EXPECT_EQ(copies.get(3, down, 16, 32), nullptr) << "not on a q8_0 block boundary";
     EXPECT_EQ(copies.get(3, down, 0, 288), nullptr) << "beyond n_ff";

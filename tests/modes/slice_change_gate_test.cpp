@@ -5,22 +5,25 @@
 
 #include <gtest/gtest.h>
 
+using moezip::CallSize;
 using moezip::SliceChangeGate;
+
+constexpr CallSize kDecode = CallSize::small, kPrefill = CallSize::large;
 
 namespace {
 
 // The run's first calls of 4 layers, each `ms` long (every host packs its first slices), then a
 // second call of layer 0, which ends the measurement.
 void first_packs(SliceChangeGate & g, double ms) {
-    for (int il = 0; il < 4; ++il) g.observe_call(il, ms, 1.0, 0.0);
-    g.observe_call(0, 2.0, 2.0, 0.0);
+    for (int il = 0; il < 4; ++il) g.observe_call(kPrefill, il, ms, 1.0, 0.0);
+    g.observe_call(kPrefill, 0, 2.0, 2.0, 0.0);
 }
 
 // A change whose first call of each of 4 layers took `over` ms more than expected.
-void change_costing(SliceChangeGate & g, double over, double floor = 0.0) {
-    g.changed();
-    for (int il = 0; il < 4; ++il) g.observe_call(il, 2.0 + over, 2.0, floor);
-    g.observe_call(0, 2.0, 2.0, 0.0);
+void change_costing(SliceChangeGate & g, double over, double floor = 0.0, CallSize size = kDecode) {
+    g.changed(size);
+    for (int il = 0; il < 4; ++il) g.observe_call(size, il, 2.0 + over, 2.0, floor);
+    g.observe_call(size, 0, 2.0, 2.0, 0.0);
 }
 
 } // namespace
@@ -30,7 +33,7 @@ TEST(SliceChangeGate, TheFirstPacksPriceAChangeBeforeAnyIsMade) {
     EXPECT_TRUE(g.to_json()["slice_change_cost_ms"].is_null());
     first_packs(g, 300.0);
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0) << "4 layers' first calls of 300 ms";
-    EXPECT_TRUE(g.take(2.0, 1.9, 4)) << "the calibration's change is taken at once";
+    EXPECT_TRUE(g.take(kDecode, 2.0, 1.9, 4, /*calibration =*/ true)) << "the calibration's change is taken at once";
     change_costing(g, 20.0);  // looked cheap (a prompt's calls): the dearer first packs stand
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0);
 }
@@ -40,14 +43,14 @@ TEST(SliceChangeGate, ASmallSavingWaitsUntilItHasPaidForTheRepack) {
     // repacking. Taken at once, it cost a 64-step decode a third of its speed (shard1_auto_slow 0.36x).
     SliceChangeGate g;
     first_packs(g, 300.0);
-    ASSERT_TRUE(g.take(2.0, 1.9, 4));
+    ASSERT_TRUE(g.take(kDecode, 2.0, 1.9, 4, /*calibration =*/ true));
     change_costing(g, 300.0);
     int checks = 0;
-    while (!g.take(2.0, 1.9, 64)) ++checks;
+    while (!g.take(kDecode, 2.0, 1.9, 64, false)) ++checks;
     // 0.1 ms x 64 calls = 6.4 ms of regret a check: 1200 / 6.4 = 187.5, so the 188th check
     EXPECT_EQ(checks, 187);
     EXPECT_EQ(g.to_json()["slice_changes_declined"], 187);
-    g.changed();
+    g.changed(kDecode);
     EXPECT_EQ(g.to_json()["regret_ms"], 0.0) << "the regret starts again after a change";
 }
 
@@ -55,28 +58,51 @@ TEST(SliceChangeGate, ALargeSavingIsTakenOnceItHasPaid) {
     // the worker slowed down: the current split makes every call wait 10 ms more than the proposed one
     SliceChangeGate g;
     first_packs(g, 400.0);
-    ASSERT_TRUE(g.take(2.0, 1.9, 4));
+    ASSERT_TRUE(g.take(kDecode, 2.0, 1.9, 4, /*calibration =*/ true));
     change_costing(g, 0.0, 400.0);  // a repack floor of 400 ms a layer
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1600.0);
-    EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "10 ms x 64 calls = 640 ms does not pay for 1600 ms";
-    EXPECT_FALSE(g.take(12.0, 2.0, 64)) << "1280 ms: not yet";
-    EXPECT_TRUE(g.take(12.0, 2.0, 64)) << "1920 ms: now";
+    EXPECT_FALSE(g.take(kDecode, 12.0, 2.0, 64, false)) << "10 ms x 64 calls = 640 ms does not pay for 1600 ms";
+    EXPECT_FALSE(g.take(kDecode, 12.0, 2.0, 64, false)) << "1280 ms: not yet";
+    EXPECT_TRUE(g.take(kDecode, 12.0, 2.0, 64, false)) << "1920 ms: now";
 }
 
 TEST(SliceChangeGate, NoChangeWhileAnotherIsBeingMeasuredAndNoSavingNoRegret) {
     SliceChangeGate g;
     first_packs(g, 25.0);
-    ASSERT_TRUE(g.take(2.0, 1.9, 4));
-    g.changed();
-    g.observe_call(0, 52.0, 2.0, 0.0);  // layers 1.. not seen yet
-    EXPECT_FALSE(g.take(100.0, 1.0, 64)) << "the last change's cost is not known yet";
-    g.observe_call(1, 52.0, 2.0, 0.0);
-    g.observe_call(0, 2.0, 2.0, 0.0);
+    ASSERT_TRUE(g.take(kDecode, 2.0, 1.9, 4, /*calibration =*/ true));
+    g.changed(kDecode);
+    g.observe_call(kDecode, 0, 52.0, 2.0, 0.0);  // layers 1.. not seen yet
+    EXPECT_FALSE(g.take(kDecode, 100.0, 1.0, 64, false)) << "the last change's cost is not known yet";
+    g.observe_call(kDecode, 1, 52.0, 2.0, 0.0);
+    g.observe_call(kDecode, 0, 2.0, 2.0, 0.0);
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 100.0) << "50 + 50, as dear as the first packs' 4 x 25";
     const double regret = g.to_json()["regret_ms"].get<double>();
     EXPECT_DOUBLE_EQ(regret, 99.0 * 64) << "the saving proposed while measuring still counts";
-    EXPECT_TRUE(g.take(2.0, 2.5, 64)) << "... and pays for the change once the measurement is done";
-    g.changed();
-    for (int i = 0; i < 1000; ++i) EXPECT_FALSE(g.take(2.0, 2.5, 64)) << "a worse split adds nothing";
+    EXPECT_TRUE(g.take(kDecode, 2.0, 2.5, 64, false)) << "... and pays for the change once the measurement is done";
+    g.changed(kDecode);
+    for (int i = 0; i < 1000; ++i) EXPECT_FALSE(g.take(kDecode, 2.0, 2.5, 64, false)) << "a worse split adds nothing";
     EXPECT_EQ(g.to_json()["regret_ms"], 0.0);
+}
+
+TEST(SliceChangeGate, DecodeAndPrefillSplitsKeepTheirOwnRegretAndShareThePrice) {
+    // a worker capped by a CPU quota: full speed in short decode calls, a fraction in long prefill
+    // ones, so each call size has its split. The first packs (prefill calls here) price a change of
+    // either; the decode split's regret does not buy a prefill change, nor the reverse.
+    SliceChangeGate g;
+    first_packs(g, 250.0);  // 1000 ms
+    ASSERT_TRUE(g.take(kPrefill, 600.0, 400.0, 4, /*calibration =*/ true));
+    change_costing(g, 100.0, 0.0, kPrefill);  // 400 ms: the first packs' 1000 ms stand
+    EXPECT_FALSE(g.take(kDecode, 3.0, 2.0, 600, false)) << "600 ms of decode regret";
+    EXPECT_FALSE(g.take(kPrefill, 600.0, 599.0, 300, false)) << "300 ms of prefill regret: its own, not added to decode's";
+    EXPECT_DOUBLE_EQ(g.to_json()["regret_ms_decode"].get<double>(), 600.0);
+    EXPECT_DOUBLE_EQ(g.to_json()["regret_ms_prefill"].get<double>(), 300.0);
+    EXPECT_TRUE(g.take(kDecode, 3.0, 2.0, 400, false)) << "1000 ms of decode regret pays for a change";
+    g.changed(kDecode);
+    g.observe_call(kPrefill, 0, 900.0, 500.0, 0.0);  // a prefill call does not measure the decode change
+    EXPECT_FALSE(g.take(kPrefill, 600.0, 0.0, 10, false)) << "the decode change is still being measured";
+    for (int il = 0; il < 4; ++il) g.observe_call(kDecode, il, 2.0 + 500.0, 2.0, 0.0);
+    g.observe_call(kDecode, 0, 2.0, 2.0, 0.0);
+    EXPECT_DOUBLE_EQ(g.change_cost_ms(), 2000.0) << "the decode change's 4 x 500 ms is the dearest: it prices both";
+    EXPECT_DOUBLE_EQ(g.to_json()["regret_ms_decode"].get<double>(), 0.0);
+    EXPECT_TRUE(g.take(kPrefill, 600.0, 0.0, 1, false)) << "300 + 6000 + 600 ms of prefill regret against 2000";
 }

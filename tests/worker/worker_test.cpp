@@ -698,6 +698,48 @@ TEST(WorkerShard, ThreeCoordinatorsWithDifferentSlicesKeepTheirCopies) {
     EXPECT_EQ(a.stderr_text().find("dropped for other slices"), std::string::npos) << a.stderr_text();
 }
 
+TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
+    // local_share = "auto" keeps a split for decode calls and one for prefill calls (a host throttled
+    // under sustained load is slower in the second): a worker's plan names both, and the worker
+    // computes either slice, the same bits as a connection planned for that slice alone.
+    const std::string dir = test_dir("worker_shard_decode_split");
+    WorkerProcess a;
+    ASSERT_TRUE(a.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/a.sock"}, dir)) << a.error();
+    // n_ff 512: prefill slice 1 of [0.75, 0.25] is [384, 512), decode slice 1 of [0.5, 0.5] is [256, 512)
+    WorkerClient both(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[0.5,0.5],"slice":1})");
+    WorkerClient prefill_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"slice":1})");
+    WorkerClient decode_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.5,0.5],"slice":1})");
+    ASSERT_TRUE(both.planned() && prefill_only.planned() && decode_only.planned());
+    const ComputeRequest r = shard_request(1, 41);
+    for (auto slice : {std::pair<int32_t, int32_t>{384, 128}, {256, 256}}) {
+        WorkerReply got = ask(both, shard_frames(r, a.instance(), slice.first, slice.second));
+        WorkerReply alone = ask(slice.first == 384 ? prefill_only : decode_only, shard_frames(r, a.instance(), slice.first, slice.second));
+        ASSERT_EQ(got.h.kind, (uint16_t) MsgKind::result) << got.text();
+        ASSERT_EQ(alone.h.kind, (uint16_t) MsgKind::result) << alone.text();
+        ASSERT_EQ(got.frames[0].size(), alone.frames[0].size());
+        EXPECT_EQ(memcmp(got.frames[0].data(), alone.frames[0].data(), got.frames[0].size()), 0) << "slice " << slice.first;
+    }
+    WorkerReply other = ask(both, shard_frames(r, a.instance(), 0, 256));
+    ASSERT_EQ(other.h.kind, (uint16_t) MsgKind::error) << "this host's slice";
+    EXPECT_EQ(other.h.status, (int32_t) ErrorCode::bad_plan) << other.text();
+    EXPECT_NE(other.text().find("is not the planned [384, 512) or [256, 512)"), std::string::npos) << other.text();
+    // malformed decode splits are refused at hello, naming the key
+    for (auto bad : {std::pair<const char *, const char *>{R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[0.5,0.25,0.25],"slice":1})",
+                                                             "decode_shares must have as many numbers as shares"},
+                     {R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[0.5,0.6],"slice":1})", "decode_shares must sum to 1"},
+                     {R"({"mode":"shard","shares":[1,0],"decode_shares":[1,0],"slice":1})", "has share 0"}}) {
+        WorkerClient c(a.endpoint(), a.instance(), "");
+        c.send(simple_frames(MsgKind::hello, 9, hello_json(bad.first)));
+        WorkerReply rep;
+        ASSERT_TRUE(c.recv(rep));
+        EXPECT_EQ(rep.h.status, (int32_t) ErrorCode::bad_plan) << rep.text();
+        EXPECT_NE(rep.text().find(bad.second), std::string::npos) << rep.text();
+    }
+    // a split that leaves this worker nothing in decode, something in prefill, is a plan
+    WorkerClient prefill_slice_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[1,0],"slice":1})");
+    EXPECT_TRUE(prefill_slice_only.planned());
+}
+
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
     // Once the originals are given back, new slices and whole requests read the file: if it changed
     // since load, its bytes are not the ones hello_ok's digests named. Refused, by name. A worker
@@ -751,7 +793,8 @@ TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARen
         ASSERT_TRUE(copy(tiny_model(), model));
         WorkerProcess w;
         ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir)) << w.error();
-        ASSERT_EQ(result_of(w).h.kind, (uint16_t) MsgKind::result);
+        WorkerClient planned_before(w.endpoint(), w.instance());  // its plan was accepted before the change
+        ASSERT_EQ(ask_compute(planned_before, r).h.kind, (uint16_t) MsgKind::result);
         struct stat before;
         ASSERT_EQ(stat(model.c_str(), &before), 0);
         ASSERT_EQ(run_command({"/bin/dd", "if=" + other, "of=" + model, "conv=notrunc", "status=none"}).exit_code, 0);

@@ -15,19 +15,28 @@ Status refuse(ErrorCode & code, const std::string & why) {
     return Status::invalid_argument("hello: plan " + why);
 }
 
-Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, WorkerPlan & out, ErrorCode & code) {
-    auto shares = plan.find("shares");
-    auto slice = plan.find("slice");
+// One split of n_ff: 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), `size` of them unless 0.
+Status parse_split(const nlohmann::json & plan, const char * key, size_t size, std::vector<double> & out, ErrorCode & code) {
+    auto shares = plan.find(key);
     if (shares == plan.end() || !shares->is_array() || shares->empty() || shares->size() > 1024)
-        return refuse(code, "mode shard needs \"shares\": 1..1024 numbers");
+        return refuse(code, std::string("mode shard needs \"") + key + "\": 1..1024 numbers");
+    if (size > 0 && shares->size() != size) return refuse(code, std::string(key) + " must have as many numbers as shares");
     double sum = 0;
     for (const auto & s : *shares) {
         if (!s.is_number() || !std::isfinite(s.get<double>()) || s.get<double>() < 0 || s.get<double>() > 1)
-            return refuse(code, "shares must be numbers in [0, 1]");
-        out.shares.push_back(s.get<double>());
-        sum += out.shares.back();
+            return refuse(code, std::string(key) + " must be numbers in [0, 1]");
+        out.push_back(s.get<double>());
+        sum += out.back();
     }
-    if (std::fabs(sum - 1.0) > 1e-6) return refuse(code, "shares must sum to 1");
+    if (std::fabs(sum - 1.0) > 1e-6) return refuse(code, std::string(key) + " must sum to 1");
+    return Status::ok();
+}
+
+Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, WorkerPlan & out, ErrorCode & code) {
+    Status st = parse_split(plan, "shares", 0, out.shares, code);
+    if (!st) return st;
+    if (plan.contains("decode_shares") && !(st = parse_split(plan, "decode_shares", out.shares.size(), out.decode_shares, code))) return st;
+    auto slice = plan.find("slice");
     if (slice == plan.end() || !slice->is_number_integer() || slice->get<int64_t>() < 0 ||
         slice->get<int64_t>() >= (int64_t) out.shares.size())
         return refuse(code, "mode shard needs \"slice\": an index into shares");
@@ -35,16 +44,18 @@ Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, Wor
     // A zero share is an empty n_ff slice in every layer: nothing this connection could be asked for.
     // The coordinator never says hello to a worker whose slice is empty (ShardHandler skips it before
     // Dispatcher::usable), so such a hello is not from it. A request for an empty slice is refused
-    // anyway (bad_shape); this refuses the plan itself.
-    if (out.shares[out.slice] == 0) return refuse(code, "slice " + std::to_string(out.slice) + " has share 0: an empty n_ff slice");
+    // anyway (bad_shape); this refuses the plan itself. With two splits, one may leave it empty.
+    if (out.shares[out.slice] == 0 && (out.decode_shares.empty() || out.decode_shares[out.slice] == 0))
+        return refuse(code, "slice " + std::to_string(out.slice) + " has share 0: an empty n_ff slice");
     // A share smaller than one block of n_ff (1e-300, or one of 1024 equal shares of 768) is empty in
     // every layer too: the slices are whole blocks (split_ff). Found by a breaker: such a hello was
     // accepted and every request on it refused (bad_shape).
     bool any = shape.layers.empty();
     for (const RequestShape::Layer & l : shape.layers) {
-        int64_t first = 0, count = 0;
+        int64_t first = 0, count = 0, decode_first = 0, decode_count = 0;
         worker_plan_ff_range(out, l.n_ff, l.ff_block, first, count);
-        any = any || count > 0;
+        worker_plan_decode_ff_range(out, l.n_ff, l.ff_block, decode_first, decode_count);
+        any = any || count > 0 || decode_count > 0;
     }
     if (!any) {
         char share[32];
@@ -84,15 +95,27 @@ Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shap
     return Status::ok();
 }
 
-void worker_plan_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count) {
+namespace {
+
+void ff_range_of(const WorkerPlan & p, const std::vector<double> & shares, int64_t n_ff, int64_t block, int64_t & first, int64_t & count) {
     first = 0;
     count = n_ff;
     if (p.mode != WorkerPlan::Mode::shard) return;
     count = 0;
     if (block < 1 || n_ff % block != 0) return;  // the coordinator cannot shard this layer either
-    const std::vector<RowBlock> slices = split_ff(n_ff, block, p.shares);
+    const std::vector<RowBlock> slices = split_ff(n_ff, block, shares);
     first = slices[p.slice].first;
     count = slices[p.slice].count;
+}
+
+} // namespace
+
+void worker_plan_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count) {
+    ff_range_of(p, p.shares, n_ff, block, first, count);
+}
+
+void worker_plan_decode_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count) {
+    ff_range_of(p, p.decode_shares.empty() ? p.shares : p.decode_shares, n_ff, block, first, count);
 }
 
 namespace {
@@ -116,12 +139,19 @@ Status worker_plan_check(const WorkerPlan & p, const RequestShape & shape, const
     if (!shard && h.n_frames == 4)
         return plan_fail(code, "an n_ff slice, but this connection's plan is " + worker_plan_describe(p) + " (whole n_ff only)");
     if (shard) {
-        int64_t got_first = 0, got_count = 0;
+        int64_t got_first = 0, got_count = 0, decode_first = 0, decode_count = 0;
         request_slice_of(frames[3], got_first, got_count);
-        if (got_first != first || got_count != ff_count)
+        worker_plan_decode_ff_range(p, l->n_ff, l->ff_block, decode_first, decode_count);
+        const bool planned = (got_first == first && got_count == ff_count) || (got_first == decode_first && got_count == decode_count);
+        if (!planned) {
+            std::string want = "[" + std::to_string(first) + ", " + std::to_string(first + ff_count) + ")";
+            if (decode_first != first || decode_count != ff_count)
+                want += " or [" + std::to_string(decode_first) + ", " + std::to_string(decode_first + decode_count) + ")";
             return plan_fail(code, "n_ff slice [" + std::to_string(got_first) + ", " + std::to_string(got_first + got_count) +
-                                       ") is not the planned [" + std::to_string(first) + ", " + std::to_string(first + ff_count) +
-                                       ") of layer " + std::to_string(h.layer) + " (" + worker_plan_describe(p) + ")");
+                                       ") is not the planned " + want + " of layer " + std::to_string(h.layer) + " (" +
+                                       worker_plan_describe(p) + ")");
+        }
+        ff_count = got_count;
     }
     if (p.mode != WorkerPlan::Mode::experts) return Status::ok();
     const uint8_t * ids = static_cast<const uint8_t *>(frames[1]);
@@ -146,7 +176,8 @@ std::string worker_plan_describe(const WorkerPlan & p) {
         case WorkerPlan::Mode::rows: return "rows";
         case WorkerPlan::Mode::experts: return "experts " + expert_ranges_format(p.experts);
         case WorkerPlan::Mode::shard:
-            return "shard slice " + std::to_string(p.slice) + " of " + std::to_string(p.shares.size());
+            return "shard slice " + std::to_string(p.slice) + " of " + std::to_string(p.shares.size()) +
+                   (p.decode_shares.empty() ? "" : " (decode calls: their own split)");
     }
     return "?";
 }

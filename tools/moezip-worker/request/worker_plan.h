@@ -37,7 +37,11 @@ struct WorkerPlan {
     Mode mode = Mode::rows;
     std::vector<ExpertRange> experts;  ///< experts mode: the experts this connection may ask for
     std::vector<double> shares;        ///< shard mode: every host's share of n_ff, in slice order
-    int slice = -1;                    ///< shard mode: this worker's slice in `shares`
+    /// shard mode, optional ("decode_shares"): the split of decode calls when it differs from the
+    /// split of prefill calls (`local_share = "auto"`: a host throttled under sustained load is
+    /// slower in prefill than in decode); empty: `shares` for every call. Same length as shares.
+    std::vector<double> decode_shares;
+    int slice = -1;                    ///< shard mode: this worker's slice in `shares` (and decode_shares)
 };
 
 /// Connections remembered at most (hello-only connections forgotten first, then least recently used).
@@ -45,17 +49,20 @@ constexpr size_t kMaxPlans = 256;
 
 /// Reads hello JSON's "plan" against the shape this worker serves. Errors (invalid_argument, code
 /// bad_plan): no plan, unknown mode, experts that are not ranges or not all served here, shares
-/// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6), a slice index outside them or
-/// whose share is 0 (an empty n_ff slice in every layer).
+/// that are not 1..1024 numbers in [0, 1] summing to 1 (+-1e-6) (decode_shares too, and as many),
+/// a slice index outside them or whose share is 0 in both splits (an empty n_ff slice in every layer).
 Status worker_plan_parse(const nlohmann::json & hello, const RequestShape & shape, WorkerPlan & out, ErrorCode & code);
 
 /// The n_ff units [first, first + count) plan `p` allows for a layer of `n_ff` units whose down
 /// weights have `block` units per quantization block: the whole n_ff, or the planned slice
 /// (count 0: this worker's share of that layer is empty).
 void worker_plan_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count);
+/// The same for the split of decode calls (decode_shares; `shares` when the plan has none).
+void worker_plan_decode_ff_range(const WorkerPlan & p, int64_t n_ff, int64_t block, int64_t & first, int64_t & count);
 
 /// Checks a compute request that passed request_check_compute against plan `p`: an n_ff slice
-/// frame exactly when the plan is shard, the slice the planned one, every id >= 0 allowed.
+/// frame exactly when the plan is shard, the slice one of the planned ones (of shares or
+/// decode_shares, whatever the request's rows), every id >= 0 allowed.
 /// `ff_count` gets the n_ff units the request computes. Errors: bad_plan in `code`.
 Status worker_plan_check(const WorkerPlan & p, const RequestShape & shape, const MsgHeader & h, const void * const * frames,
                          int64_t & ff_count, ErrorCode & code);
