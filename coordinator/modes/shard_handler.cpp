@@ -28,6 +28,7 @@ void ShardHandler::forget_plans(const std::vector<uint64_t> & plans) {
     DispatchHandler::forget_plans(plans);
     for (uint64_t p : plans) {
         down_copies_.forget(p);
+        downs_.erase(p);
         for (auto it = released_.begin(); it != released_.end();) it = (*it)[0] == (int64_t) p ? released_.erase(it) : std::next(it);
     }
 }
@@ -85,7 +86,11 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     if (r.n_ff % block != 0)
         return Status::unsupported("layer " + std::to_string(r.il) + ": n_ff " + std::to_string(r.n_ff) +
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
-    if (cfg_.shard.auto_share) adjust_slices(r.n_ff / block, n);
+    double prepack_ms = 0;  // this host's new down slices packed at a slice change: setup, not compute
+    if (cfg_.shard.auto_share) {
+        downs_[r.plan_id] = r.down_exps;
+        prepack_ms = adjust_slices(r.n_ff / block, n);
+    }
     const CallSize size = call_size(n);
     const std::vector<RowBlock> slices = split_ff(r.n_ff, block, disp_.shard_shares(size));
     if (!cfg_.shard.auto_share) note_empty_slices(r, block, slices);
@@ -123,7 +128,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 2. this host's slice, while the workers compute theirs
     const auto t_own = std::chrono::steady_clock::now();
     bool down_packed = false;
-    double setup_ms = 0;  // packing this host's down slice at its first call: not compute (ms_setup)
+    double setup_ms = prepack_ms;  // packing this host's down slices: not compute (ms_setup)
     if (slices[0].count > 0) {
         // this host's own slice reads a packed copy of its down columns (built once per plan and slice)
         ExpertWeights own = slice_weights(r, slices[0]);
@@ -227,7 +232,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
 // CPU quota keeps its speed in short decode calls and loses it in long prefill ones, so the split
 // that balances a prompt leaves decode waiting on this host). Both stay packed (two copies of this
 // host's down slice, two slices on each worker, while they differ).
-void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
+double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     mix_.add(n_rows);
     ++calls_since_check_[(int) call_size(n_rows)];
     if (++calls_auto_ == 1) {
@@ -236,7 +241,8 @@ void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         share_bal_.record(0, first, /*always =*/ true);  // the equal slices of the calibration calls
     }
     const bool calibration = calls_auto_ == kShardCalibrationCalls;
-    if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return;
+    if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return 0;
+    double packed_ms = 0;
     for (CallSize size : {CallSize::small, CallSize::large}) {
         const int sc = (int) size;
         std::vector<int64_t> cur;
@@ -260,8 +266,24 @@ void ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         disp_.set_shard_shares(size, shares);
         ++slice_changes_;
         share_bal_.record(calls_auto_, next, /*always =*/ true, size == CallSize::small ? "decode" : "prefill");
+        packed_ms += pack_own_slices(shares);
     }
     mix_.age();
+    return packed_ms;
+}
+
+// This host's down slice of a new split, packed now for every plan seen (the workers pack theirs
+// right after the hello that tells them: tools/moezip-worker/request/worker_compute.h): the calls of
+// that size that follow, a prompt's maybe, then compute instead of packing.
+double ShardHandler::pack_own_slices(const std::vector<double> & shares) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto & [plan, down] : downs_) {
+        const int64_t block = disp_.api().ggml_blck_size(down->type);
+        if (block < 1 || down->ne[0] % block != 0) continue;
+        const RowBlock own = split_ff(down->ne[0], block, shares)[0];
+        if (own.count > 0) down_copies_.get(plan, down, own.first, own.count);
+    }
+    return ms_between(t0, std::chrono::steady_clock::now());
 }
 
 } // namespace moezip

@@ -691,9 +691,10 @@ TEST(WorkerShard, ThreeCoordinatorsWithDifferentSlicesKeepTheirCopies) {
             ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << "round " << round << " slice " << i << ": " << rep.text();
         }
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
-    // one copy of each slice of layer 0: gate, up and down of 8 experts, each count x 272 bytes
-    // (q8_0 rows of 256 are 272 bytes; down's piece of a row is count/32 blocks of 34 bytes)
-    EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(3 * 8 * 512 * 272) + " bytes at most"), std::string::npos)
+    // one copy of each slice of both layers (packed after each hello): gate, up and down of 8
+    // experts, each count x 272 bytes (q8_0 rows of 256 are 272 bytes; down's piece of a row is
+    // count/32 blocks of 34 bytes)
+    EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(2 * 3 * 8 * 512 * 272) + " bytes at most"), std::string::npos)
         << a.stderr_text();
     EXPECT_EQ(a.stderr_text().find("dropped for other slices"), std::string::npos) << a.stderr_text();
 }
@@ -738,6 +739,9 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     // a split that leaves this worker nothing in decode, something in prefill, is a plan
     WorkerClient prefill_slice_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[1,0],"slice":1})");
     EXPECT_TRUE(prefill_slice_only.planned());
+    ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
+    // the first hello packed both slices of both layers right after its answer, before any request
+    EXPECT_NE(a.stderr_text().find("4 slices packed ahead of its requests"), std::string::npos) << a.stderr_text();
 }
 
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
@@ -754,14 +758,23 @@ TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
         if (mapped) args.push_back("--mmap");
         WorkerProcess a;
         ASSERT_TRUE(a.start(args, dir, {{"MOEZIP_WORKER_FAULT", "unsliced_keep_ms=300"}})) << a.error();
-        WorkerClient lo(a.endpoint(), a.instance(), kPlanLo), hi(a.endpoint(), a.instance(), kPlanHi), all(a.endpoint(), a.instance());
+        // a mapped worker refuses a hello once its file changed: its connections are planned before;
+        // an anonymous one is told its new slice (packed after its hello, from the file) after
+        WorkerClient lo(a.endpoint(), a.instance(), kPlanLo);
+        std::unique_ptr<WorkerClient> hi, all;
+        auto plan_hi_and_all = [&]() {
+            hi.reset(new WorkerClient(a.endpoint(), a.instance(), kPlanHi));
+            all.reset(new WorkerClient(a.endpoint(), a.instance()));
+        };
+        if (mapped) plan_hi_and_all();
         const ComputeRequest r = shard_request(0, 7);
         ASSERT_EQ(ask(lo, part_frames(r, a.instance(), Part::lo)).h.kind, (uint16_t) MsgKind::result);  // originals given back
         ASSERT_EQ(run_command({"/usr/bin/touch", "-d", "2001-01-01", model}).exit_code, 0);  // the file "changed"
+        if (!mapped) plan_hi_and_all();
         std::vector<Part> refused = {Part::hi, Part::whole};
         if (mapped) refused.push_back(Part::lo);
         for (Part p : refused) {
-            WorkerReply rep = ask(p == Part::hi ? hi : p == Part::lo ? lo : all, part_frames(r, a.instance(), p));
+            WorkerReply rep = ask(p == Part::hi ? *hi : p == Part::lo ? lo : *all, part_frames(r, a.instance(), p));
             ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::error) << rep.text();
             EXPECT_NE(rep.text().find("changed on disk since this worker loaded it"), std::string::npos) << rep.text();
             EXPECT_NE(rep.text().find(model), std::string::npos) << rep.text();
@@ -894,14 +907,16 @@ TEST(WorkerShard, AModelReplacedByRenameIsStillReadWhileItsBytesAreTheSame) {
     WorkerProcess a;
     ASSERT_TRUE(a.start({"--model", model, "--bind", "ipc://" + dir + "/a.sock"}, dir, {{"MOEZIP_WORKER_FAULT", "unsliced_keep_ms=300"}}))
         << a.error();
-    WorkerClient lo(a.endpoint(), a.instance(), kPlanLo), hi(a.endpoint(), a.instance(), kPlanHi);
+    WorkerClient lo(a.endpoint(), a.instance(), kPlanLo);
     const ComputeRequest r = shard_request(0, 7);
     ASSERT_EQ(ask(lo, part_frames(r, a.instance(), Part::lo)).h.kind, (uint16_t) MsgKind::result);  // originals given back
     struct stat before;
     ASSERT_EQ(stat(model.c_str(), &before), 0);
     ASSERT_EQ(run_command({"/bin/cp", tiny_model(), dir + "/other.gguf"}).exit_code, 0);
     ASSERT_EQ(rename((dir + "/other.gguf").c_str(), model.c_str()), 0);
-    WorkerReply rep = ask(hi, part_frames(r, a.instance(), Part::hi));  // a new slice: read from the (old) file
+    // a new slice, packed after its hello from the (old) file
+    WorkerClient hi(a.endpoint(), a.instance(), kPlanHi);
+    WorkerReply rep = ask(hi, part_frames(r, a.instance(), Part::hi));
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
     EXPECT_NE(a.stderr_text().find("hashed again"), std::string::npos) << "the status change was seen and checked: " << a.stderr_text();

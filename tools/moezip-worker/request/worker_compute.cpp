@@ -176,6 +176,25 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
     return budget_check(budget, cost, code);
 }
 
+int WorkerCompute::prepack(const WorkerPlan & plan) {
+    if (plan.mode != WorkerPlan::Mode::shard) return 0;
+    int packed = 0;
+    for (const WorkerLayer & l : model_.layers()) {
+        const RequestShape::Layer * s = shape_.layer(l.il);
+        if (s == nullptr || !slice_packable(l)) continue;
+        int64_t ranges[2][2];
+        worker_plan_ff_range(plan, s->n_ff, s->ff_block, ranges[0][0], ranges[0][1]);
+        worker_plan_decode_ff_range(plan, s->n_ff, s->ff_block, ranges[1][0], ranges[1][1]);
+        for (const auto & r : ranges) {
+            if (r[1] <= 0 || slices_.holds(l.il, r[0], r[1])) continue;
+            const WorkerSlices::Packed * p = nullptr;
+            if (!slices_.get(l, r[0], r[1], residency_.originals_held(l), p)) return packed;
+            ++packed;
+        }
+    }
+    return packed;
+}
+
 namespace {
 
 template <typename T>

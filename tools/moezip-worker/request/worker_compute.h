@@ -70,6 +70,11 @@ public:
     const WorkerSlices & slices() const { return slices_; }
     /// Between requests: gives back the originals of layers no recent request needs (SliceResidency::sweep).
     void idle() { residency_.sweep(slices_); }
+    /// Right after a shard plan's hello_ok: packs this worker's slices of both of its splits in every
+    /// layer that does not hold them yet, so that the requests after a slice change (a prompt's, on
+    /// a slow worker: seconds) do not pay for it. Returns the slices packed; a failure is left to
+    /// the request that needs the slice (it packs again or says why).
+    int prepack(const WorkerPlan & plan);
 
 private:
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);

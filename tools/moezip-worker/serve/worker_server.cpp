@@ -221,6 +221,8 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
         plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
         return send_error(in.identity, &h, code, st.message());
     }
+    const bool shard_plan = plan.mode == WorkerPlan::Mode::shard;
+    const WorkerPlan to_pack = shard_plan ? plan : WorkerPlan();
     plans_.set(in.identity.to_string(), std::move(plan));
     c_.plans_evicted_idle = plans_.evicted_idle();
     c_.plans_evicted_active = plans_.evicted_active();
@@ -229,6 +231,15 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     zmq::message_t json(hello_.data(), hello_.size());
     msg_header_set_frame(r, 0, WireType::none, json.data(), json.size());
     send_reply(in.identity, r, &json);
+    // a shard plan's slices are packed now, after the answer (the hello's wait stays short), before
+    // the requests that follow are read
+    if (shard_plan) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const int packed = compute_.prepack(to_pack);
+        if (packed > 0)
+            LOG_INFO("shard plan (%s): %d slices packed ahead of its requests in %.0f ms", worker_plan_describe(to_pack).c_str(), packed,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
 }
 
 void Server::handle(Incoming & in) {
