@@ -85,6 +85,7 @@ Status Dispatcher::hello(Worker & w, bool short_wait) {
         return Status::corruption(w.cfg->endpoint + ": hello_ok names no worker instance, or not the one in its header");
     w.instance = rh.instance;
     w.said_hello = true;
+    w.reply_after_hello = true;
     w.link->set_timeout_ms(w.cfg->timeout_ms);  // per-request timeout from now on
     return Status::ok();
 }

@@ -16,8 +16,9 @@ namespace {
 const std::vector<std::string> kModel = {"--preset", "small", "--type", "q8_0"};  // n_ff 256: 8 q8_0 blocks
 
 // 128 prompt tokens in batches of 16: 8 prefill calls per layer to measure and adjust with
-CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model, const std::string & body) {
-    std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", "16", "-b", "16", "--quiet", "--no-repack",
+CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model, const std::string & body,
+                       int n_decode = 16) {
+    std::vector<std::string> argv = {bin_path("moezip-run"), "-m", model, "-n", std::to_string(n_decode), "-b", "16", "--quiet", "--no-repack",
                                      "--json", dir + "/" + name + "-run.json", "--fixture", "128"};
     return run_preloaded(argv, write_moezip_config(dir, name, body));
 }
@@ -223,6 +224,44 @@ TEST(AutoShares, ShardGivesDecodeAndPrefillCallsTheirOwnSplit) {
         if (w.contains("shadow")) shadow = w["shadow"];
     ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
     EXPECT_EQ(shadow["exceeded"], 0) << "every call within the verify tolerances: " << shadow.dump();
+}
+
+TEST(AutoShares, ShardProbesASplitOnlyWhileItsCallsCome) {
+    // make bench: the prefill split left the throttled worker nothing, and after 4 slice checks
+    // (256 calls, in decode) the worker was given a block of it to be measured again: this host
+    // repacked every layer's down slice in the middle of a 64-step decode for prefill calls that
+    // never came (decode 0.71x of one node against 0.95x with fixed shares). 2 layers x 159 decode
+    // steps here: 5 checks with decode calls only.
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard_probe"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow_prefill=20"}}));
+    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n"
+                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    CommandResult r = run_host(c.dir, "probe", model, body, 160);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json b = load_json(c.dir + "/probe.json")["balance"];
+    ASSERT_EQ(b["shares"], json::array({1.0, 0.0})) << "the calibration gave the 20x slower worker no prefill slice: " << b.dump();
+    int prefill_changes = 0;
+    for (const json & h : b["history"]) prefill_changes += h.value("call_size", "") == "prefill";
+    EXPECT_EQ(prefill_changes, 1) << "the calibration's, no probe in decode: " << b.dump();
+    EXPECT_EQ(b["hosts"][1]["probes"], 0) << b.dump();
+}
+
+TEST(AutoShares, TheRequestAfterAHelloIsNoOverheadSample) {
+    // A shard worker packs a new plan's slices right after its hello_ok, before it reads the next
+    // request, whose round trip then holds the packing. make bench took such a 7 s wait for the
+    // transfer cost of a prompt's rows (15 ms a row) and gave the worker no prefill slice at all.
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard_prepack"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "prepack_delay_ms=800,slow_prefill=20"}}));
+    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n"
+                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    CommandResult r = run_host(c.dir, "prepack", model, body);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json b = load_json(c.dir + "/prepack.json")["balance"];
+    // 800 ms over a 16-row request would be 50 ms a row; the transfer of a 16-row part is far below 1 ms a row
+    EXPECT_LT(b["hosts"][1]["overhead_ms_per_row_large"].get<double>(), 1.0) << b.dump();
+    EXPECT_LT(b["hosts"][1]["overhead_ms_per_call"].get<double>(), 50.0) << b.dump();
 }
 
 } // namespace

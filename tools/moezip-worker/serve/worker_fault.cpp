@@ -44,11 +44,13 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.slow = (int) n;
         } else if (key == "slow_prefill" && parse_count(value, 100, n) && n >= 1) {
             out.slow_prefill = (int) n;
+        } else if (key == "prepack_delay_ms" && parse_count(value, 600000, n)) {
+            out.prepack_delay_ms = (int) n;
         } else if (key == "unsliced_keep_ms" && parse_count(value, 600000, n)) {
             out.unsliced_keep_ms = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, unsliced_keep_ms=0..600000)");
+                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000)");
         }
     }
     return Status::ok();

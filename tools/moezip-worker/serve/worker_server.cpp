@@ -236,6 +236,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     if (shard_plan) {
         const auto t0 = std::chrono::steady_clock::now();
         const int packed = compute_.prepack(to_pack);
+        if (opt_.faults.prepack_delay_ms > 0) usleep((useconds_t) opt_.faults.prepack_delay_ms * 1000);
         if (packed > 0)
             LOG_INFO("shard plan (%s): %d slices packed ahead of its requests in %.0f ms", worker_plan_describe(to_pack).c_str(), packed,
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
