@@ -23,7 +23,8 @@
 // Decode and prefill calls have a split each (a worker throttled under sustained load, as a CPU
 // quota does, keeps its speed in short decode calls and loses it in long prefill ones): the regret
 // and the changes being measured are kept per call size, the price is shared (a repack costs the
-// same whichever calls asked for the new slice).
+// same whichever calls asked for the new slice). A change being measured holds back further changes
+// of its own split only: its measurement ends with calls of its size, which may not come for long.
 #pragma once
 
 #include "coordinator/balance/worker_overhead.h"

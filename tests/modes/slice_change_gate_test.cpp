@@ -99,10 +99,24 @@ TEST(SliceChangeGate, DecodeAndPrefillSplitsKeepTheirOwnRegretAndShareThePrice) 
     EXPECT_TRUE(g.take(kDecode, 3.0, 2.0, 400, false)) << "1000 ms of decode regret pays for a change";
     g.changed(kDecode);
     g.observe_call(kPrefill, 0, 900.0, 500.0, 0.0);  // a prefill call does not measure the decode change
-    EXPECT_FALSE(g.take(kPrefill, 600.0, 0.0, 10, false)) << "the decode change is still being measured";
+    EXPECT_FALSE(g.take(kDecode, 3.0, 0.0, 10, false)) << "the decode change is still being measured";
     for (int il = 0; il < 4; ++il) g.observe_call(kDecode, il, 2.0 + 500.0, 2.0, 0.0);
     g.observe_call(kDecode, 0, 2.0, 2.0, 0.0);
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 2000.0) << "the decode change's 4 x 500 ms is the dearest: it prices both";
-    EXPECT_DOUBLE_EQ(g.to_json()["regret_ms_decode"].get<double>(), 0.0);
-    EXPECT_TRUE(g.take(kPrefill, 600.0, 0.0, 1, false)) << "300 + 6000 + 600 ms of prefill regret against 2000";
+    EXPECT_DOUBLE_EQ(g.to_json()["regret_ms_decode"].get<double>(), 30.0) << "the saving proposed while measuring still counts";
+    EXPECT_TRUE(g.take(kPrefill, 600.0, 0.0, 4, false)) << "300 + 2400 ms of prefill regret against 2000";
+}
+
+TEST(SliceChangeGate, APrefillChangeBeingMeasuredDoesNotHoldBackDecodeChanges) {
+    // A breaker: a prompt ended with a prefill change; its measurement ends only when prefill calls
+    // see every layer again, which no decode call does, so 6000 decode calls declined every decode
+    // change with a regret 31 times the price.
+    SliceChangeGate g;
+    first_packs(g, 25.0);  // 100 ms
+    ASSERT_TRUE(g.take(kPrefill, 2.0, 1.9, 4, /*calibration =*/ true));
+    g.changed(kPrefill);
+    g.observe_call(kPrefill, 0, 60.0, 2.0, 0.0);  // the prompt's last call: layers 1.. never seen again
+    EXPECT_FALSE(g.take(kPrefill, 100.0, 1.0, 64, false)) << "the prefill change's own cost is not known yet";
+    for (int check = 0; check < 10; ++check) g.observe_call(kDecode, check % 4, 2.0, 2.0, 0.0);
+    EXPECT_TRUE(g.take(kDecode, 3.0, 1.0, 64, false)) << "128 ms of decode regret pays for the 100 ms price";
 }

@@ -7,6 +7,7 @@
 #include "coordinator/wire/protocol.h"
 #include "coordinator/wire/transport.h"
 #include "tests/support/cluster.h"
+#include "tools/moezip-worker/request/worker_budget.h"
 
 #include <gtest/gtest.h>
 
@@ -146,6 +147,10 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
     // a request within the budget whose computation needs ~270 MB of buffers (131072 slots)
     WorkerReply big = ask_compute(c, shaped_request(4096, 32));
     ASSERT_EQ(big.h.kind, (uint16_t) MsgKind::result) << big.text();
+    // kept for the next calls of a prompt (kScratchHoldMs), then released while idle
+    const long held = settled_rss();
+    EXPECT_GT(held, base + 120 * 1024) << "a prompt's buffers are kept for its next calls";
+    std::this_thread::sleep_for(std::chrono::milliseconds(moezip::kScratchHoldMs + 400));
     const long after_big = settled_rss(), peak = status_kib(w.pid(), "VmHWM");
     printf("budget: worker RSS %ld KiB at start, %ld after a 160 MiB message of 41 parts, %ld after a request with "
            "270 MB of buffers (peak %ld)\n", base, after_frames, after_big, peak);

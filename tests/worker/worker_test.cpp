@@ -897,6 +897,48 @@ TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
     EXPECT_EQ(memcmp(after.frames[0].data(), before.frames[0].data(), before.frames[0].size()), 0) << "the same bits";
 }
 
+TEST(WorkerShard, ASliceCopiedWhileTheMappedFileChangedIsDropped) {
+    // A breaker: a --mmap worker packed its slices after a hello while the file was being tampered
+    // with, then the bytes were written back with the modification time restored. The next request's
+    // re-hash found the file unchanged ("serving goes on") and the tampered copy was served. A copy
+    // made while the file's stamp moved is dropped now, and made again from the file once it is known good.
+    const std::string other = fixture_model({"--preset", "tiny", "--type", "q8_0", "--n-embd", "256", "--n-ff-exp", "512", "--seed", "7"});
+    ASSERT_FALSE(other.empty());
+    const std::string dir = test_dir("worker_shard_packed_while_changed");
+    const std::string model = dir + "/m.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", shard_model(), model}).exit_code, 0);
+    const ComputeRequest r = shard_request(1, 17);
+    WorkerProcess ref;
+    ASSERT_TRUE(ref.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/ref.sock"}, dir)) << ref.error();
+    WorkerClient ref_hi(ref.endpoint(), ref.instance(), kPlanHi);
+    const WorkerReply expected = ask(ref_hi, part_frames(r, ref.instance(), Part::hi));
+    ASSERT_EQ(expected.h.kind, (uint16_t) MsgKind::result) << expected.text();
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir, {{"MOEZIP_WORKER_FAULT", "prepack_delay_ms=1000"}}))
+        << w.error();
+    struct stat st0;
+    ASSERT_EQ(stat(model.c_str(), &st0), 0);
+    bool tampered = false, restored = false;
+    std::thread writer([&]() {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the worker waits 1 s, then packs from the mapping
+        tampered = run_command({"/bin/dd", "if=" + other, "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // packed by now
+        const bool back = run_command({"/bin/dd", "if=" + shard_model(), "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
+        const struct timespec times[2] = {st0.st_atim, st0.st_mtim};
+        restored = back && utimensat(AT_FDCWD, model.c_str(), times, 0) == 0;
+    });
+    WorkerClient hi(w.endpoint(), w.instance(), kPlanHi);  // hello_ok, then the worker packs
+    writer.join();
+    ASSERT_TRUE(hi.planned());
+    ASSERT_TRUE(tampered && restored);
+    const WorkerReply got = ask(hi, part_frames(r, w.instance(), Part::hi));
+    ASSERT_EQ(got.h.kind, (uint16_t) MsgKind::result) << got.text();
+    ASSERT_EQ(got.frames[0].size(), expected.frames[0].size());
+    EXPECT_EQ(memcmp(got.frames[0].data(), expected.frames[0].data(), got.frames[0].size()), 0) << "the tampered copy was served";
+    ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
+    EXPECT_NE(w.stderr_text().find("hashed again"), std::string::npos) << w.stderr_text();
+}
+
 TEST(WorkerShard, AModelReplacedByRenameIsStillReadWhileItsBytesAreTheSame) {
     // Review: with the status-change time compared, a rename over the model (the way to update one)
     // refused every later read of the old, unchanged file. Its served experts are hashed again from

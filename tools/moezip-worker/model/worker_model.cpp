@@ -317,17 +317,25 @@ std::string WorkerModel::file_digests_differ() const {
     return differs;
 }
 
+// What was read while the file's stamp moved may be of another content, even if the file is written
+// back before the next check: an error, and the caller keeps nothing of it.
+Status WorkerModel::read_checked(Status st, const ggml_tensor * t) const {
+    if (st && file_stamp_moved())
+        return Status::io_error("model " + path_ + " changed on disk while " + t->name + " was read from it: what was read is not used");
+    return st;
+}
+
 Status WorkerModel::read_file(const ggml_tensor * t, uint64_t start, uint64_t bytes, void * dst) const {
     Status st = file_unchanged();
     if (!st) return st;
-    return read_into(t, start, bytes, static_cast<uint8_t *>(dst));
+    return read_checked(read_into(t, start, bytes, static_cast<uint8_t *>(dst)), t);
 }
 
 Status WorkerModel::read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const {
     Status st = file_unchanged();
     if (!st || mapped_) return st;  // the mapping reads the file by itself
     madvise(t->data, api_->ggml_nbytes(t), MADV_HUGEPAGE);  // as at load; fails harmlessly without THP
-    return read_range(t, static_cast<uint8_t *>(t->data), start, bytes);
+    return read_checked(read_range(t, static_cast<uint8_t *>(t->data), start, bytes), t);
 }
 
 void WorkerModel::no_huge_pages(const ggml_tensor * t) const {

@@ -126,7 +126,8 @@ public:
     uint64_t give_back(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
     /// Reads bytes [start, start + bytes) of expert tensor t from the file into its memory again
     /// (anonymous memory, huge pages asked for again; for the mapping only the check). Errors:
-    /// io_error naming file and tensor, or the file changed since load (file_unchanged).
+    /// io_error naming file and tensor, the file changed since load (file_unchanged), or its stamp
+    /// moved while it was read (file_stamp_moved: what was read must not be used).
     Status read_again(const ggml_tensor * t, uint64_t start, uint64_t bytes) const;
     /// Reads bytes [start, start + bytes) of expert tensor t from the file into dst. Errors as read_again.
     Status read_file(const ggml_tensor * t, uint64_t start, uint64_t bytes, void * dst) const;
@@ -157,6 +158,7 @@ private:
     Status read_slices(ggml_tensor * t, uint8_t * base);
     Status read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes) const;
     Status read_into(const ggml_tensor * t, uint64_t start, uint64_t bytes, uint8_t * dst) const;
+    Status read_checked(Status st, const ggml_tensor * t) const;
     Status repack_layers(const WorkerRepackApi & rp);
     ggml_tensor * served_copy(const ggml_tensor * src, bool bias, int64_t n_served, std::vector<uint8_t> & bytes);
     Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);

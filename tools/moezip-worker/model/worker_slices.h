@@ -52,6 +52,8 @@ public:
     Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out);
     /// True when the copies of that slice are held.
     bool holds(int il, int64_t first, int64_t count) const;
+    /// Drops the copies of that slice (made while the model file changed: their bytes are not known).
+    void drop(int il, int64_t first, int64_t count) { copies_.erase(Key{il, {first, count}}); }
     /// True when a copy of any slice of layer il is held.
     bool holds_any(int il) const;
     /// Bytes of every copy held now, and the most held at once.

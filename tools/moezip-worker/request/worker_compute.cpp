@@ -120,7 +120,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         w.ff_count = ff_count;
         if (slice_packable(*l)) {
             const WorkerSlices::Packed * p = nullptr;
-            st = slices_.get(*l, ff_first, ff_count, residency_.originals_held(*l), p);
+            st = pack_checked(*l, ff_first, ff_count, p);
             if (!st) return st;
             w.gate_slice = &p->gate;
             w.up_slice = &p->up;
@@ -176,6 +176,24 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
     return budget_check(budget, cost, code);
 }
 
+// A copy is made from the file (a mapping, or pread once the originals were given back) or from
+// originals loaded and verified at start. One made while the file's stamp moved may hold bytes of
+// another content even when the file is written back before the next check (a breaker: a --mmap
+// worker's hello packed while the file was tampered with, then restored; the re-hash found it
+// unchanged and the tampered copy was served). Such a copy is dropped, and the request fails.
+Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out) {
+    const bool had = slices_.holds(l.il, first, count);
+    Status st = slices_.get(l, first, count, residency_.originals_held(l), out);
+    if (!st || had) return st;
+    if (model_.file_stamp_moved()) {
+        slices_.drop(l.il, first, count);
+        out = nullptr;
+        return Status::io_error("model " + model_.path() + " changed on disk (size, modification or status-change time) while "
+                                "this worker packed its slice of layer " + std::to_string(l.il) + ": the copy is dropped");
+    }
+    return Status::ok();
+}
+
 int WorkerCompute::prepack(const WorkerPlan & plan) {
     if (plan.mode != WorkerPlan::Mode::shard) return 0;
     int packed = 0;
@@ -188,7 +206,7 @@ int WorkerCompute::prepack(const WorkerPlan & plan) {
         for (const auto & r : ranges) {
             if (r[1] <= 0 || slices_.holds(l.il, r[0], r[1])) continue;
             const WorkerSlices::Packed * p = nullptr;
-            if (!slices_.get(l, r[0], r[1], residency_.originals_held(l), p)) return packed;
+            if (!pack_checked(l, r[0], r[1], p)) return packed;
             ++packed;
         }
     }

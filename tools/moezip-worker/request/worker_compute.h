@@ -77,6 +77,9 @@ public:
     int prepack(const WorkerPlan & plan);
 
 private:
+    /// slices_.get, and a copy just made is dropped (io_error) when the model file's stamp moved
+    /// meanwhile (WorkerModel::file_stamp_moved).
+    Status pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out);
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
                          const float * weights, int64_t n_pairs, float * slots);

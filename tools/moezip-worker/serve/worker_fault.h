@@ -14,8 +14,8 @@
 //                    replying (a host N times slower, for the automatic shares' tests)
 //   slow_prefill=N   the same for requests of more than 8 rows only (a host throttled under
 //                    sustained load, as a CPU quota does: full speed in decode, slow in prefill)
-//   prepack_delay_ms=N  sleep N ms after packing a shard plan's slices at its hello (a slow pack:
-//                    the request after the hello waits for it)
+//   prepack_delay_ms=N  sleep N ms before packing a shard plan's slices at its hello (a slow pack:
+//                    the request after the hello waits for it; a window to change the file in)
 //   unsliced_keep_ms=N  shard mode keeps a slice's rows N ms after its last request instead of 10 s
 //                    (model/slice_residency.h), so tests see rows given back and read again quickly
 // Never set it in production: the worker then gives wrong answers or none on purpose.
@@ -38,7 +38,7 @@ struct WorkerFaults {
     int delay_ms = 0;         ///< 0..600000
     int slow = 1;             ///< 1..100: compute time multiplied by this
     int slow_prefill = 1;     ///< 1..100: the same for requests of more than 8 rows
-    int prepack_delay_ms = 0; ///< 0..600000: after a shard hello's packing
+    int prepack_delay_ms = 0; ///< 0..600000: before a shard hello's packing
     int unsliced_keep_ms = -1;  ///< -1 = SliceResidency::kKeepMs; 0..600000
 };
 

@@ -77,6 +77,11 @@ private:
     WorkerPlans plans_;
     std::chrono::steady_clock::time_point received_at_;  // of the request being handled (service_us)
     int64_t computes_answered_ = 0;
+    // a request's buffers beyond kScratchKeepBytes are kept kScratchHoldMs after it (the next layers
+    // and ubatches of a prompt reuse them), then released (release_stale_scratch)
+    bool scratch_held_ = false;
+    std::chrono::steady_clock::time_point scratch_used_at_{};
+    void release_stale_scratch(std::chrono::steady_clock::time_point now);
 };
 
 void Server::send_reply(zmq::message_t & identity, MsgHeader & h, zmq::message_t * data) {
@@ -152,6 +157,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     const WorkerPlan * plan = plans_.find(in.identity.to_string());
     if (plan == nullptr)
         return send_error(in.identity, &h, ErrorCode::bad_plan, "no hello with a plan on this connection: say hello first");
+    release_stale_scratch(received_at_);  // a stream of small requests does not keep a prompt's buffers
     ErrorCode code = ErrorCode::ok;
     RequestCost cost;
     Status st = compute_.validate(h, n, frames, sizes, *plan, opt_.budget, cost, code);
@@ -187,13 +193,23 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     } else {
         send_error(in.identity, &h, code, st.message());
     }
-    if (cost.scratch_bytes > kScratchKeepBytes) {  // one large request does not keep its memory
+    if (cost.scratch_bytes > kScratchKeepBytes) {  // kept for the prompt's next calls, not for life
         out = zmq::message_t();
         in.parts.clear();
-        compute_.trim((size_t) kScratchKeepBytes);
-        budget_release_heap();
-        ++c_.trims;
+        scratch_held_ = true;
+        scratch_used_at_ = std::chrono::steady_clock::now();
     }
+}
+
+// Released at once, a prompt's buffers were faulted in afresh by each of its requests: the worker
+// computed its slice of a 512-row layer 1.7x slower than the coordinator did the same amount in
+// buffers it kept (docs/performance.md, 11th session).
+void Server::release_stale_scratch(std::chrono::steady_clock::time_point now) {
+    if (!scratch_held_ || now - scratch_used_at_ < std::chrono::milliseconds(kScratchHoldMs)) return;
+    compute_.trim((size_t) kScratchKeepBytes);
+    budget_release_heap();
+    ++c_.trims;
+    scratch_held_ = false;
 }
 
 void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size) {
@@ -235,8 +251,8 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     // the requests that follow are read
     if (shard_plan) {
         const auto t0 = std::chrono::steady_clock::now();
-        const int packed = compute_.prepack(to_pack);
         if (opt_.faults.prepack_delay_ms > 0) usleep((useconds_t) opt_.faults.prepack_delay_ms * 1000);
+        const int packed = compute_.prepack(to_pack);
         if (packed > 0)
             LOG_INFO("shard plan (%s): %d slices packed ahead of its requests in %.0f ms", worker_plan_describe(to_pack).c_str(), packed,
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -277,6 +293,7 @@ void Server::handle(Incoming & in) {
 }
 
 void Server::idle() {
+    release_stale_scratch(std::chrono::steady_clock::now());
     compute_.idle();
     c_.unsliced_released = compute_.residency().released_bytes();
 }
