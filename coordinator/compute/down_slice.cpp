@@ -37,6 +37,16 @@ void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne
     t.op_params[1] = (int32_t) ff_count;
 }
 
+void DownSliceCopies::drop(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
+    auto it = copies_.find(key);
+    if (it == copies_.end()) return;
+    auto & kept = it->second;
+    kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const std::unique_ptr<Copy> & c) {
+                   return c->src == down->data && c->ff_first == ff_first && c->ff_count == ff_count;
+               }),
+               kept.end());
+}
+
 bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
     auto it = copies_.find(key);
     if (it == copies_.end()) return false;

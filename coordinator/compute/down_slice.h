@@ -42,6 +42,7 @@ void describe_packed_slice(ggml_tensor & t, const ggml_tensor * like, int64_t ne
 
 class DownSliceCopies {
 public:
+    /// Copies kept per key: the slices of decode and prefill calls (ShardHandler keeps them apart).
     static constexpr size_t kPerKey = 2;
 
     explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
@@ -55,10 +56,15 @@ public:
     /// the slice is not whole blocks inside n_ff (the executor then reports the error), or no memory
     /// could be reserved for the copy (the strided view of `down` serves instead).
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
+    /// Drops the copy of this slice of `down` under `key`, if held.
+    void drop(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
     /// True when `key` holds a copy of this slice of `down` (nothing is made).
     bool holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const;
     /// Drops the copies of `key` (its weights were freed, e.g. the engine unloaded the model).
-    void forget(uint64_t key) { copies_.erase(key); }
+    void forget(uint64_t key) {
+        copies_.erase(key);
+        made_per_key_.erase(key);
+    }
     /// Bytes held by every copy now, and the most held at once since the start (the report is
     /// written after the engine freed its model, when every copy is gone).
     uint64_t bytes() const;

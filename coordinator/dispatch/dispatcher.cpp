@@ -411,6 +411,7 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     ++w.failures;
     w.last_failure = why.message();
     if (pending_errors_.size() < 50) pending_errors_.push_back("worker " + w.cfg->endpoint + " failed: " + why.message());
+    if (why.code() == Status::Code::mismatch && !w.refused.empty()) return;  // refused above (model_changed): not a new instance
     if (why.code() == Status::Code::mismatch) {
         // another process answers on this endpoint: not down, but unknown until verified again
         ++w.reverifications;

@@ -153,8 +153,10 @@ private:
     /// left without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
     /// Returns the time spent packing this host's new slices (pack_own_slices), ms.
     double adjust_slices(int64_t n_blocks, int64_t n_rows);
-    /// Packs this host's down slice of split `shares` for every plan seen (DownSliceCopies::get).
-    double pack_own_slices(const std::vector<double> & shares);
+    /// After the split of `size` calls changed from `before`: packs this host's down slice of the
+    /// new split for every plan seen since the last check, dropping the old one first unless the
+    /// other split uses it. Returns the time spent, ms.
+    double pack_own_slices(CallSize size, const std::vector<double> & before);
     /// Fixed shares: counts, and warns once per host, a layer where a host's share > 0 gave it no
     /// block of n_ff (split_ff rounds to whole blocks of the down weights' type).
     void note_empty_slices(const MoeRegion & r, int64_t block, const std::vector<RowBlock> & slices);
@@ -172,7 +174,7 @@ private:
     uint64_t calls_since_check_[2] = {0, 0};  // by CallSize
     SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed
-    std::map<uint64_t, const ggml_tensor *> downs_;  // per plan seen (local_share = "auto"): its down weights
+    std::map<uint64_t, const ggml_tensor *> downs_;  // per plan seen since the last check (local_share = "auto"): its down weights
     std::vector<std::vector<float>> parts_;  // per host (this one first): partial row sums
     std::vector<std::array<int32_t, 2>> ff_frames_;  // per worker: its slice as sent (frames are zero-copy)
     uint64_t calls_ = 0;

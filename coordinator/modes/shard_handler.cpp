@@ -246,6 +246,10 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     double packed_ms = 0;
     for (CallSize size : {CallSize::small, CallSize::large}) {
         const int sc = (int) size;
+        // a split is judged (changed, probed) only at checks that saw its calls: a change of the
+        // prefill split during decode repacks every layer for prompts that may not come (make bench:
+        // a probe at call 192 of a 64-step decode)
+        if (calls_since_check_[sc] == 0 && !calibration) continue;
         std::vector<int64_t> cur;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares(size))) cur.push_back(b.count);
         CallMix only;  // the recent calls of this size
@@ -258,33 +262,39 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
                                               share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration))
             next = cur;
-        // a host left without a slice is measured again only while calls of this size come: a probe
-        // of the prefill split during decode repacked every layer there (make bench: 0.4 s at call 192
-        // of a 64-step decode) for calls that were not coming
         if (calls_since_check_[sc] > 0) share_bal_.probe_idle(next, kShardProbeAdjustments, size);
         calls_since_check_[sc] = 0;
         if (next == cur) continue;
         change_gate_.changed(size);
         std::vector<double> shares;
         for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
+        const std::vector<double> before = disp_.shard_shares(size);
         disp_.set_shard_shares(size, shares);
         ++slice_changes_;
         share_bal_.record(calls_auto_, next, /*always =*/ true, size == CallSize::small ? "decode" : "prefill");
-        packed_ms += pack_own_slices(shares);
+        packed_ms += pack_own_slices(size, before);
     }
     mix_.age();
+    downs_.clear();  // refilled by the calls until the next check: no plan freed since is dereferenced
     return packed_ms;
 }
 
-// This host's down slice of a new split, packed now for every plan seen (the workers pack theirs
-// right after the hello that tells them: tools/moezip-worker/request/worker_compute.h): the calls of
-// that size that follow, a prompt's maybe, then compute instead of packing.
-double ShardHandler::pack_own_slices(const std::vector<double> & shares) {
+// This host's down slice of the new split of `size` calls, packed now for every plan seen since the
+// last check (the workers pack theirs after the hello that tells them:
+// tools/moezip-worker/request/worker_compute.h): the calls of that size that follow, a prompt's
+// maybe, then compute instead of packing. The copy of the split's old slice goes first unless the
+// other split uses it: least-recently-used alone dropped the other split's live copy (review).
+// Returns the time spent, ms.
+double ShardHandler::pack_own_slices(CallSize size, const std::vector<double> & before) {
     const auto t0 = std::chrono::steady_clock::now();
+    const CallSize other = size == CallSize::small ? CallSize::large : CallSize::small;
     for (const auto & [plan, down] : downs_) {
         const int64_t block = disp_.api().ggml_blck_size(down->type);
         if (block < 1 || down->ne[0] % block != 0) continue;
-        const RowBlock own = split_ff(down->ne[0], block, shares)[0];
+        const RowBlock own = split_ff(down->ne[0], block, disp_.shard_shares(size))[0];
+        const RowBlock old = split_ff(down->ne[0], block, before)[0];
+        const RowBlock kept = split_ff(down->ne[0], block, disp_.shard_shares(other))[0];
+        if (old.count > 0 && !(old.first == kept.first && old.count == kept.count)) down_copies_.drop(plan, down, old.first, old.count);
         if (own.count > 0) down_copies_.get(plan, down, own.first, own.count);
     }
     return ms_between(t0, std::chrono::steady_clock::now());

@@ -86,7 +86,7 @@ enum class ErrorCode : int32_t {
     bad_plan = 12,        ///< no hello with a plan on this connection, or compute outside it (experts, n_ff slice)
     out_of_memory = 13,   ///< an allocation for the request failed; nothing was computed
     stopping = 14,        ///< the worker is exiting (SIGTERM/SIGINT): the request was not computed
-    model_changed = 15,   ///< the worker's model file no longer holds the bytes hello_ok's digests named (--mmap): restart it
+    model_changed = 15,   ///< the worker's model file no longer holds the bytes hello_ok's digests named (--mmap: every request; a default worker: a request that read the file): restart it
 };
 
 /// Frame 0 of every message. 152 bytes, little-endian, no implicit padding.

@@ -207,6 +207,9 @@ TEST(AutoShares, ShardGivesDecodeAndPrefillCallsTheirOwnSplit) {
     EXPECT_EQ(rep["workers"][0]["errors"], 0) << rep["workers"][0].dump();
     const json & b = rep["balance"];
     EXPECT_LT(b["shares"][1].get<double>(), 0.5) << "the prefill split shrank the slow worker's slice: " << b.dump();
+    // 2 layers x 24 calls end before the first check after the calibration (call 64): this shows the
+    // splits are kept apart (the calibration saw prefill calls only); which split each size then
+    // takes is the balancer's and the gate's (ShareBalance.*, SliceChangeGate.*)
     EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << "decode calls kept their (calibration) split: " << b.dump();
     bool prefill_change = false;
     for (const json & h : b["history"]) prefill_change = prefill_change || h.value("call_size", "") == "prefill";

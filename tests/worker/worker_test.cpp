@@ -690,8 +690,9 @@ TEST(WorkerShard, ThreeCoordinatorsWithDifferentSlicesKeepTheirCopies) {
             WorkerReply rep = ask(*clients[(size_t) i], shard_frames(r, a.instance(), slices[i][0], slices[i][1]));
             ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << "round " << round << " slice " << i << ": " << rep.text();
         }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // idle: layer 1's slices are packed between requests
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
-    // one copy of each slice of both layers (packed after each hello): gate, up and down of 8
+    // one copy of each slice of both layers (packed after each hello, between requests): gate, up and down of 8
     // experts, each count x 272 bytes (q8_0 rows of 256 are 272 bytes; down's piece of a row is
     // count/32 blocks of 34 bytes)
     EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(2 * 3 * 8 * 512 * 272) + " bytes at most"), std::string::npos)
@@ -739,9 +740,14 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     // a split that leaves this worker nothing in decode, something in prefill, is a plan
     WorkerClient prefill_slice_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[1,0],"slice":1})");
     EXPECT_TRUE(prefill_slice_only.planned());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // idle: the hellos' slices are packed between requests
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
-    // the first hello packed both slices of both layers right after its answer, before any request
-    EXPECT_NE(a.stderr_text().find("4 slices packed ahead of its requests"), std::string::npos) << a.stderr_text();
+    // both slices of both layers, whether a request or the idle worker packed them: gate, up and
+    // down of 8 experts, (128 + 256) units of 272 bytes each (see ThreeCoordinators... below)
+    EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(2 * 3 * 8 * (128 + 256) * 272) + " bytes at most"),
+              std::string::npos)
+        << a.stderr_text();
+    EXPECT_NE(a.stderr_text().find("packed ahead of their requests"), std::string::npos) << a.stderr_text();
 }
 
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
@@ -962,6 +968,20 @@ TEST(WorkerShard, AModelReplacedByRenameIsStillReadWhileItsBytesAreTheSame) {
     ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << rep.text();
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
     EXPECT_NE(a.stderr_text().find("hashed again"), std::string::npos) << "the status change was seen and checked: " << a.stderr_text();
+    // a worker that keeps its originals (--keep-unsliced) copies new slices from them, checked at
+    // load: a rename over its file changes nothing (review: a stamp check on those copies refused
+    // every new slice after any rename, for good)
+    const std::string kept_model = dir + "/k.gguf";
+    ASSERT_EQ(run_command({"/bin/cp", shard_model(), kept_model}).exit_code, 0);
+    WorkerProcess k;
+    ASSERT_TRUE(k.start({"--model", kept_model, "--bind", "ipc://" + dir + "/k.sock", "--keep-unsliced"}, dir)) << k.error();
+    ASSERT_EQ(run_command({"/bin/cp", tiny_model(), dir + "/other2.gguf"}).exit_code, 0);
+    ASSERT_EQ(rename((dir + "/other2.gguf").c_str(), kept_model.c_str()), 0);
+    WorkerClient k_hi(k.endpoint(), k.instance(), kPlanHi);
+    const WorkerReply k_rep = ask(k_hi, part_frames(r, k.instance(), Part::hi));
+    ASSERT_EQ(k_rep.h.kind, (uint16_t) MsgKind::result) << k_rep.text();
+    ASSERT_EQ(k_rep.frames[0].size(), rep.frames[0].size());
+    EXPECT_EQ(memcmp(k_rep.frames[0].data(), rep.frames[0].data(), rep.frames[0].size()), 0) << "the same bits as the other worker's";
 }
 
 TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {

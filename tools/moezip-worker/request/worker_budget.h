@@ -38,6 +38,7 @@ struct WorkerBudget {
 
 /// Buffers kept between requests; larger ones are released after the request that needed them.
 constexpr int64_t kScratchKeepBytes = int64_t(64) << 20;
+/// How long a large request's buffers are kept for the next ones, ms (see above).
 constexpr int kScratchHoldMs = 1000;
 
 /// What one request may cost, from its header (upper bounds, see the file comment).

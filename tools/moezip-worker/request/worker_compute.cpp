@@ -1,5 +1,7 @@
 #include "tools/moezip-worker/request/worker_compute.h"
 
+#include "coordinator/base/log.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -176,15 +178,18 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
     return budget_check(budget, cost, code);
 }
 
-// A copy is made from the file (a mapping, or pread once the originals were given back) or from
-// originals loaded and verified at start. One made while the file's stamp moved may hold bytes of
-// another content even when the file is written back before the next check (a breaker: a --mmap
-// worker's hello packed while the file was tampered with, then restored; the re-hash found it
-// unchanged and the tampered copy was served). Such a copy is dropped, and the request fails.
+// A --mmap worker's copy is read from the mapping, which holds whatever the file holds now: one made
+// while the file's stamp moved may hold bytes of another content even when the file is written back
+// before the next check (a breaker: a hello's packing while the file was tampered with, then
+// restored; the re-hash found it unchanged and the tampered copy was served). Such a copy is
+// dropped, and the request fails. (A default worker copies from its checked originals, or from the
+// file through read_file, which checks its own read.)
 Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out) {
     const bool had = slices_.holds(l.il, first, count);
     Status st = slices_.get(l, first, count, residency_.originals_held(l), out);
-    if (!st || had) return st;
+    // originals in anonymous memory were checked at load, and a copy read from the file checked its
+    // read (WorkerModel::read_file): only the mapping is read as the file is now
+    if (!st || had || !model_.mapped()) return st;
     if (model_.file_stamp_moved()) {
         slices_.drop(l.il, first, count);
         out = nullptr;
@@ -194,23 +199,40 @@ Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t
     return Status::ok();
 }
 
-int WorkerCompute::prepack(const WorkerPlan & plan) {
+int WorkerCompute::queue_prepack(const WorkerPlan & plan) {
     if (plan.mode != WorkerPlan::Mode::shard) return 0;
-    int packed = 0;
-    for (const WorkerLayer & l : model_.layers()) {
-        const RequestShape::Layer * s = shape_.layer(l.il);
-        if (s == nullptr || !slice_packable(l)) continue;
+    int queued = 0;
+    const std::vector<WorkerLayer> & layers = model_.layers();
+    for (auto l = layers.rbegin(); l != layers.rend(); ++l) {  // packed from the back: the first layer first
+        const RequestShape::Layer * s = shape_.layer(l->il);
+        if (s == nullptr || !slice_packable(*l)) continue;
         int64_t ranges[2][2];
         worker_plan_ff_range(plan, s->n_ff, s->ff_block, ranges[0][0], ranges[0][1]);
         worker_plan_decode_ff_range(plan, s->n_ff, s->ff_block, ranges[1][0], ranges[1][1]);
         for (const auto & r : ranges) {
-            if (r[1] <= 0 || slices_.holds(l.il, r[0], r[1])) continue;
-            const WorkerSlices::Packed * p = nullptr;
-            if (!pack_checked(l, r[0], r[1], p)) return packed;
-            ++packed;
+            if (r[1] <= 0 || slices_.holds(l->il, r[0], r[1])) continue;
+            bool dup = false;
+            for (const QueuedSlice & q : queued_) dup = dup || (q.il == l->il && q.first == r[0] && q.count == r[1]);
+            if (dup || queued_.size() >= 4 * layers.size()) continue;  // bounded: what a layer keeps (WorkerSlices::kPerLayer)
+            queued_.push_back({l->il, r[0], r[1]});
+            ++queued;
         }
     }
-    return packed;
+    return queued;
+}
+
+bool WorkerCompute::pack_one_queued() {
+    while (!queued_.empty()) {
+        const QueuedSlice q = queued_.back();
+        queued_.pop_back();
+        const WorkerLayer * l = model_.layer(q.il);
+        if (l == nullptr || slices_.holds(q.il, q.first, q.count)) continue;
+        const WorkerSlices::Packed * p = nullptr;
+        Status st = pack_checked(*l, q.first, q.count, p);
+        if (!st) LOG_WARN("packing a slice of layer %d ahead of its requests: %s", q.il, st.message().c_str());
+        return true;
+    }
+    return false;
 }
 
 namespace {

@@ -70,15 +70,19 @@ public:
     const WorkerSlices & slices() const { return slices_; }
     /// Between requests: gives back the originals of layers no recent request needs (SliceResidency::sweep).
     void idle() { residency_.sweep(slices_); }
-    /// Right after a shard plan's hello_ok: packs this worker's slices of both of its splits in every
-    /// layer that does not hold them yet, so that the requests after a slice change (a prompt's, on
-    /// a slow worker: seconds) do not pay for it. Returns the slices packed; a failure is left to
-    /// the request that needs the slice (it packs again or says why).
-    int prepack(const WorkerPlan & plan);
+    /// After a shard plan's hello_ok: queues this worker's slices of both of its splits in every layer
+    /// that does not hold them yet, to be packed one at a time between requests (pack_one_queued), so
+    /// that the requests after a slice change (a prompt's, on a slow worker: seconds of packing) find
+    /// them made, and no request waits for more than one slice. Returns the slices queued.
+    int queue_prepack(const WorkerPlan & plan);
+    /// Packs the next queued slice still missing; false when the queue is empty. A failure is left
+    /// to the request that needs the slice (it packs again, or says why).
+    bool pack_one_queued();
+    bool packs_queued() const { return !queued_.empty(); }
 
 private:
-    /// slices_.get, and a copy just made is dropped (io_error) when the model file's stamp moved
-    /// meanwhile (WorkerModel::file_stamp_moved).
+    /// slices_.get, and with --mmap a copy just made is dropped (io_error) when the model file's
+    /// stamp moved meanwhile (WorkerModel::file_stamp_moved).
     Status pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out);
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
@@ -95,6 +99,11 @@ private:
     std::vector<int32_t> pair_ids_;
     std::vector<int32_t> ids_local_;                  // ids mapped through WorkerLayer::local_of (--repack)
     std::vector<uint8_t> align_[3];                   // copies of misaligned received frames
+    struct QueuedSlice {
+        int il;
+        int64_t first, count;
+    };
+    std::vector<QueuedSlice> queued_;                 // queue_prepack's slices, packed from the back
 };
 
 /// Counts the ids >= 0 of [n_used, n_rows] ids.

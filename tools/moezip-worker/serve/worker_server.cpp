@@ -60,6 +60,9 @@ public:
     void refuse_stopping(Incoming & in);
     /// Nothing came for a poll period: shard mode may give back originals no request needs now.
     void idle();
+    /// Packs one slice queued by a shard hello (WorkerCompute::queue_prepack); false when none is left.
+    bool pack_ahead();
+    bool packs_queued() const { return compute_.packs_queued(); }
 
 private:
     void handle_hello(Incoming & in, const MsgHeader & h, const void * frame, size_t size);
@@ -79,6 +82,9 @@ private:
     int64_t computes_answered_ = 0;
     // a request's buffers beyond kScratchKeepBytes are kept kScratchHoldMs after it (the next layers
     // and ubatches of a prompt reuse them), then released (release_stale_scratch)
+    bool packing_ = false;  // slices queued by a hello are being packed between requests
+    int packed_ahead_ = 0;
+    std::chrono::steady_clock::time_point packing_since_{};
     bool scratch_held_ = false;
     std::chrono::steady_clock::time_point scratch_used_at_{};
     void release_stale_scratch(std::chrono::steady_clock::time_point now);
@@ -231,7 +237,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     // coordinator then counts a refusal of this instance instead of probing it every back-off
     if (st && compute_.model().mapped()) {
         st = compute_.model().file_unchanged();
-        if (!st) code = ErrorCode::model_changed;
+        if (!st) code = compute_.model().file_changed() ? ErrorCode::model_changed : ErrorCode::compute_failed;  // fstat failed: maybe passing
     }
     if (!st) {
         plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
@@ -247,16 +253,30 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     zmq::message_t json(hello_.data(), hello_.size());
     msg_header_set_frame(r, 0, WireType::none, json.data(), json.size());
     send_reply(in.identity, r, &json);
-    // a shard plan's slices are packed now, after the answer (the hello's wait stays short), before
-    // the requests that follow are read
+    // a shard plan's slices are packed between the requests that follow (serve_loop), one at a time
     if (shard_plan) {
-        const auto t0 = std::chrono::steady_clock::now();
         if (opt_.faults.prepack_delay_ms > 0) usleep((useconds_t) opt_.faults.prepack_delay_ms * 1000);
-        const int packed = compute_.prepack(to_pack);
-        if (packed > 0)
-            LOG_INFO("shard plan (%s): %d slices packed ahead of its requests in %.0f ms", worker_plan_describe(to_pack).c_str(), packed,
-                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        const int queued = compute_.queue_prepack(to_pack);
+        if (queued > 0) {
+            if (!packing_) packing_since_ = std::chrono::steady_clock::now(), packed_ahead_ = 0;
+            packing_ = true;
+            LOG_DEBUG("shard plan (%s): %d slices to pack ahead of its requests", worker_plan_describe(to_pack).c_str(), queued);
+        }
     }
+}
+
+bool Server::pack_ahead() {
+    if (!compute_.pack_one_queued()) {
+        if (packing_)
+            LOG_INFO("%d shard slices packed ahead of their requests, between requests, over %.0f ms", packed_ahead_,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - packing_since_).count());
+        packing_ = false;
+        return false;
+    }
+    ++packed_ahead_;
+    c_.shard_packed_max = compute_.slices().max_bytes();
+    c_.shard_evicted = compute_.slices().evicted();
+    return true;
 }
 
 void Server::handle(Incoming & in) {
@@ -360,8 +380,9 @@ void refuse_pending(zmq::socket_t & sock, Server & server, WorkerCounters & c) {
 Status serve_loop(zmq::socket_t & sock, SocketMonitor & monitor, Server & server, WorkerCounters & c) {
     while (!g_stop) {
         zmq_pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
-        const int rc = zmq_poll(items, 2, kPollMs);
+        const int rc = zmq_poll(items, 2, server.packs_queued() ? 0 : kPollMs);
         if (rc < 0 && zmq_errno() != EINTR) throw zmq::error_t();
+        if (rc == 0 && server.pack_ahead()) continue;  // no message waits: one queued slice, then look again
         if (rc == 0) server.idle();
         if (rc <= 0) continue;
         if (items[1].revents & ZMQ_POLLIN) monitor.drain();
