@@ -33,6 +33,7 @@ std::string model_a() { return fixture_model({"--preset", "tiny", "--type", "f32
 /// Same architecture and shapes as model_a, other random weights.
 std::string model_b() { return fixture_model({"--preset", "tiny", "--type", "f32", "--seed", "7"}); }
 
+
 std::string engine_dir() {
     Dl_info info;
     if (dladdr(reinterpret_cast<const void *>(&ggml_backend_load_all_from_path), &info) == 0 || info.dli_fname == nullptr) return "";
@@ -70,6 +71,18 @@ std::vector<std::string> test_host(const std::string & scenario, const std::vect
     argv.push_back(json_out);
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
+}
+
+// Starts the pause scenario host on `model` under the preload (config `cfg`) on a thread, its
+// result into `host`, and returns once it paused at `pause` (P.ready; at most 60 s): the caller
+// changes something, writes P.go, and joins.
+std::thread start_paused_host(CommandResult & host, const std::string & model, const std::string & json_out, const std::string & pause,
+                              const std::string & cfg) {
+    std::thread t([&host, model, json_out, pause, cfg]() {
+        host = run_preloaded(test_host("pause", {model}, json_out, {"--pause-file", pause}), cfg);
+    });
+    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return t;
 }
 
 // ---- A1: a model replaced in one process ------------------------------------------------------
@@ -151,8 +164,7 @@ TEST(WorkerFileChanged, AMappedWorkerWhoseModelFileChangedIsRefusedAndCountedAsS
     ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause"})).exit_code, 0);
     const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
     CommandResult host;
-    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause}), cfg); });
-    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::thread t = start_paused_host(host, a, c.dir + "/dist-run.json", pause, cfg);
     // the same size, other weights, written in place: the mapping now reads them
     const bool rewritten = run_command({"/bin/dd", "if=" + model_b(), "of=" + served, "conv=notrunc", "status=none"}).exit_code == 0;
     std::ofstream(pause + ".go") << "go\n";
@@ -194,8 +206,7 @@ TEST_P(WorkerReplaced, ANewInstanceIsVerifiedAgainBeforeItComputes) {
     ASSERT_EQ(run_command(test_host("pause", {a}, c.dir + "/plain.json", {"--pause-file", c.dir + "/plain-pause"})).exit_code, 0);
     const std::string cfg = write_moezip_config(c.dir, "dist", "mode = \"experts\"\n" + worker_lines(c, {"0-7"}));
     CommandResult host;
-    std::thread t([&]() { host = run_preloaded(test_host("pause", {a}, c.dir + "/dist-run.json", {"--pause-file", pause}), cfg); });
-    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::thread t = start_paused_host(host, a, c.dir + "/dist-run.json", pause, cfg);
     const uint64_t first = c.workers[0]->instance();
     c.workers[0]->stop(SIGKILL, 2000);
     const bool restarted = c.start_worker(rp.same_model ? a : model_b(), endpoint, "");
