@@ -229,7 +229,11 @@ bool WorkerCompute::pack_one_queued() {
         if (l == nullptr || slices_.holds(q.il, q.first, q.count)) continue;
         const WorkerSlices::Packed * p = nullptr;
         Status st = pack_checked(*l, q.first, q.count, p);
-        if (!st) LOG_WARN("packing a slice of layer %d ahead of its requests: %s", q.il, st.message().c_str());
+        if (!st) {
+            // said once: the rest would fail alike (a changed file, no memory); requests pack or say why
+            LOG_WARN("packing slices ahead of their requests stopped at layer %d: %s", q.il, st.message().c_str());
+            queued_.clear();
+        }
         return true;
     }
     return false;

@@ -80,11 +80,11 @@ private:
     WorkerPlans plans_;
     std::chrono::steady_clock::time_point received_at_;  // of the request being handled (service_us)
     int64_t computes_answered_ = 0;
-    // a request's buffers beyond kScratchKeepBytes are kept kScratchHoldMs after it (the next layers
-    // and ubatches of a prompt reuse them), then released (release_stale_scratch)
     bool packing_ = false;  // slices queued by a hello are being packed between requests
     int packed_ahead_ = 0;
     std::chrono::steady_clock::time_point packing_since_{};
+    // a request's buffers beyond kScratchKeepBytes are kept kScratchHoldMs after it (the next layers
+    // and ubatches of a prompt reuse them), then released (release_stale_scratch)
     bool scratch_held_ = false;
     std::chrono::steady_clock::time_point scratch_used_at_{};
     void release_stale_scratch(std::chrono::steady_clock::time_point now);
