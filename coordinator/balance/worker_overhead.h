@@ -19,6 +19,9 @@ constexpr int64_t kSmallCallRows = 8;
 /// The size class of a call of `n_rows` rows (tokens of the ubatch reaching the MoE region).
 inline CallSize call_size(int64_t n_rows) { return n_rows <= kSmallCallRows ? CallSize::small : CallSize::large; }
 
+/// The size class that is not `size` (shard mode keeps a split for each).
+inline CallSize other_call_size(CallSize size) { return size == CallSize::small ? CallSize::large : CallSize::small; }
+
 /// True when the round trip of a request, minus the worker's service time (reply header
 /// `service_us`), is the worker's overhead; false when it is only an upper bound.
 ///

@@ -192,7 +192,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // every worker served its slice: what this host's slices never read can leave its memory (its
     // slice of the other call size's split too: this host's slice is the first of both)
     if (c.fallbacks == fallbacks_before && !pending.empty()) {
-        const CallSize other = size == CallSize::small ? CallSize::large : CallSize::small;
+        const CallSize other = other_call_size(size);
         const RowBlock other_own = split_ff(r.n_ff, block, disp_.shard_shares(other))[0];
         const bool other_packed = other_own.count == 0 || other_own.count == slices[0].count ||
                                   down_copies_.holds(r.plan_id, r.down_exps, other_own.first, other_own.count);
@@ -287,7 +287,7 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
 // Returns the time spent, ms.
 double ShardHandler::pack_own_slices(CallSize size, const std::vector<double> & before) {
     const auto t0 = std::chrono::steady_clock::now();
-    const CallSize other = size == CallSize::small ? CallSize::large : CallSize::small;
+    const CallSize other = other_call_size(size);
     for (const auto & [plan, down] : downs_) {
         const int64_t block = disp_.api().ggml_blck_size(down->type);
         if (block < 1 || down->ne[0] % block != 0) continue;

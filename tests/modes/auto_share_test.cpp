@@ -23,6 +23,13 @@ CommandResult run_host(const std::string & dir, const std::string & name, const 
     return run_preloaded(argv, write_moezip_config(dir, name, body));
 }
 
+// Shard mode with automatic shares and one worker; `shadow`: every call's result also computed here
+// and compared (shadow_every = 1).
+std::string shard_auto_body(const std::string & endpoint, bool shadow) {
+    return std::string("require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n") + (shadow ? "shadow_every = 1\n" : "") +
+           "[[worker]]\nendpoint = \"" + endpoint + "\"\n";
+}
+
 double last_share(const json & balance, size_t host) {
     return balance["history"].back()["shares"][host].get<double>();
 }
@@ -162,8 +169,7 @@ TEST(AutoShares, ShardMovesTheSlicesToASlowWorkersSpeedWithinTolerance) {
     Cluster c{test_dir("auto_shard"), {}};
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow=4"}}));
     ASSERT_EQ(run_host(c.dir, "single", model, "mode = \"observe\"\n").exit_code, 0);
-    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\nshadow_every = 1\n"
-                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    const std::string body = shard_auto_body(c.workers[0]->endpoint(), true);
     CommandResult r = run_host(c.dir, "auto", model, body);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     json rep = load_json(c.dir + "/auto.json");
@@ -198,8 +204,7 @@ TEST(AutoShares, ShardGivesDecodeAndPrefillCallsTheirOwnSplit) {
     const std::string model = fixture_model(kModel);
     Cluster c{test_dir("auto_shard_two_splits"), {}};
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow_prefill=6"}}));
-    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\nshadow_every = 1\n"
-                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    const std::string body = shard_auto_body(c.workers[0]->endpoint(), true);
     CommandResult r = run_host(c.dir, "auto", model, body);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     json rep = load_json(c.dir + "/auto.json");
@@ -238,8 +243,7 @@ TEST(AutoShares, ShardProbesASplitOnlyWhileItsCallsCome) {
     const std::string model = fixture_model(kModel);
     Cluster c{test_dir("auto_shard_probe"), {}};
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "slow_prefill=20"}}));
-    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n"
-                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    const std::string body = shard_auto_body(c.workers[0]->endpoint(), false);
     CommandResult r = run_host(c.dir, "probe", model, body, 160);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json b = load_json(c.dir + "/probe.json")["balance"];
@@ -257,8 +261,7 @@ TEST(AutoShares, TheRequestAfterAHelloIsNoOverheadSample) {
     const std::string model = fixture_model(kModel);
     Cluster c{test_dir("auto_shard_prepack"), {}};
     ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "prepack_delay_ms=800,slow_prefill=20"}}));
-    const std::string body = "require_intercept = true\nmode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n"
-                             "[[worker]]\nendpoint = \"" + c.workers[0]->endpoint() + "\"\n";
+    const std::string body = shard_auto_body(c.workers[0]->endpoint(), false);
     CommandResult r = run_host(c.dir, "prepack", model, body);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json b = load_json(c.dir + "/prepack.json")["balance"];
