@@ -226,9 +226,15 @@ Status page_cache_fill(const std::string & path, PageCacheFill how) {
         // minimum order (mm/readahead.c, page_cache_ra_unbounded): 4 KiB on ext4 and xfs. 1 MiB reads
         // keep the I/O batched.
         if (int err = posix_fadvise(f.fd(), 0, 0, POSIX_FADV_RANDOM)) return fail(path, "posix_fadvise(POSIX_FADV_RANDOM)", err);
+        // a read may return fewer bytes than asked: the next one starts where it stopped
         std::vector<unsigned char> buf(1u << 20);
-        for (uint64_t off = 0; off < f.bytes(); off += buf.size())
-            if (pread(f.fd(), buf.data(), buf.size(), static_cast<off_t>(off)) < 0) return fail(path, "pread", errno);
+        for (uint64_t off = 0; off < f.bytes();) {
+            const ssize_t n = pread(f.fd(), buf.data(), buf.size(), static_cast<off_t>(off));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return fail(path, "pread", errno);
+            if (n == 0) break;  // the file was cut short meanwhile: what is there is read
+            off += (uint64_t) n;
+        }
         return Status::ok();
     }
     // as an engine's first load (llama-mmap.cpp: POSIX_FADV_SEQUENTIAL on the file, then a populated

@@ -225,6 +225,19 @@ std::string no_large_folios_here(const std::string & path) {
     return "";
 }
 
+std::string proactive_reclaim_here() {
+    const std::string root = "/sys/kernel/mm/damon/admin/kdamonds/";
+    for (int k = 0; k < 16; ++k) {
+        const std::string d = root + std::to_string(k);
+        if (read_file(d + "/state").find("on") != 0) continue;
+        for (int c = 0; c < 4; ++c)
+            for (int s = 0; s < 8; ++s)
+                if (read_file(d + "/contexts/" + std::to_string(c) + "/schemes/" + std::to_string(s) + "/action").find("pageout") == 0)
+                    return "DAMON kdamond " + std::to_string(k) + " runs a pageout scheme (proactive reclaim)";
+    }
+    return "";
+}
+
 std::string sha256_file(const std::string & path) {
     CommandResult r = run_command({"sha256sum", path});
     if (r.exit_code != 0) return "";

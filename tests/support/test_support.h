@@ -85,6 +85,12 @@ std::string upcycled_stories(int n_expert, int n_used, const std::string & exper
 /// and leave that check out.
 std::string no_large_folios_here(const std::string & path);
 
+/// Why page-cache pages may leave memory at any moment here, "" when only memory pressure takes
+/// them: a DAMON daemon running a `pageout` scheme (proactive reclaim of pages it sees as cold, as
+/// the development VM's kernel runs; /sys/kernel/mm/damon/admin). A page read with read(2) is not
+/// seen as accessed, so a fill may lose a few pages before it is measured.
+std::string proactive_reclaim_here();
+
 /// sha256 of a file as lowercase hex ("" if unreadable).
 std::string sha256_file(const std::string & path);
 

@@ -73,8 +73,12 @@ TEST(PageCache, TheHugeFillPmdMapsTheFileAndTheSmallFillLeavesNoPmd) {
     const std::string path = write_file("pagecache_fills", big_file);
     ASSERT_TRUE(moezip::page_cache_evict(path).is_ok());
     ASSERT_TRUE(moezip::page_cache_fill(path, PageCacheFill::huge).is_ok());
+    // with proactive reclaim on (this VM's kernel), a few pages of a fill may be paged out before it
+    // is measured (CI: 3 pages and the tail of the small fill): all but 1% then
+    const std::string reclaim = moezip_test::proactive_reclaim_here();
+    const auto filled = [&](uint64_t resident) { return reclaim.empty() ? resident == big_file : resident >= big_file - big_file / 100; };
     PageCacheState h = state_of(path);
-    EXPECT_EQ(h.resident_bytes, big_file);
+    EXPECT_TRUE(filled(h.resident_bytes)) << h.resident_bytes << " of " << big_file << " resident; " << reclaim;
     EXPECT_EQ(h.pmd_mapped_bytes % pmd, 0u);
     EXPECT_LE(h.pmd_mapped_bytes, big_file / pmd * pmd);
     const std::string why = moezip_test::no_large_folios_here(path);
@@ -86,13 +90,13 @@ TEST(PageCache, TheHugeFillPmdMapsTheFileAndTheSmallFillLeavesNoPmd) {
     ASSERT_TRUE(moezip::page_cache_evict(path).is_ok());
     ASSERT_TRUE(moezip::page_cache_fill(path, PageCacheFill::small).is_ok());
     PageCacheState s = state_of(path);
-    EXPECT_EQ(s.resident_bytes, big_file);
+    EXPECT_TRUE(filled(s.resident_bytes)) << s.resident_bytes << " of " << big_file << " resident; " << reclaim;
     EXPECT_EQ(s.pmd_mapped_bytes, 0u) << "reads without readahead left 2 MiB folios";
 
     ASSERT_TRUE(moezip::page_cache_evict(path).is_ok());
     ASSERT_TRUE(moezip::page_cache_fill(path, PageCacheFill::kernel).is_ok());
     PageCacheState k = state_of(path);
-    EXPECT_EQ(k.resident_bytes, big_file);
+    EXPECT_TRUE(filled(k.resident_bytes)) << k.resident_bytes << " of " << big_file << " resident; " << reclaim;
     EXPECT_LE(k.pmd_mapped_bytes, h.pmd_mapped_bytes) << "plain readahead built more 2 MiB folios than MADV_HUGEPAGE";
 }
 
