@@ -481,6 +481,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"rtt_ms_p50_one_row", percentile(s.rtt_ms_one_row, 0.5)}, {"rtt_ms_p99_one_row", percentile(s.rtt_ms_one_row, 0.99)},
                       {"service_ms_p50", percentile(s.service_ms, 0.5)},
                       {"service_ms_p99", percentile(s.service_ms, 0.99)}, {"service_ms_total", s.service_ms_total},
+                      {"setup_ms_total", s.setup_ms_total},
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},

@@ -78,7 +78,7 @@ Status DispatchHandler::recv_row_sums(const MoeRegion & r, size_t w, uint64_t id
     Status rs = link.recv(id, rh, data);
     if (!rs) return rs;
     const double service = rh.service_us / 1000.0;
-    bal.observe(1 + w, size, units, service);
+    bal.observe(1 + w, size, units, result_compute_ms(rh));  // its speed: without packing its slice
     if (!disp_.take_first_after_hello(w))
         bal.observe_overhead(1 + w, overhead_sample(size, payload_rows, sent, t_wait, std::chrono::steady_clock::now(), service));
     if (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n_rows ||

@@ -120,7 +120,9 @@ struct MsgHeader {
     uint32_t ffn_flags;          ///< compute: FfnFlag bits of the layer's expert FFN; 0 in other kinds
     float glu_alpha;             ///< compute with glu_op SWIGLU_OAI: its alpha (ggml_swiglu_oai, op_params[2]); else 0
     float glu_limit;             ///< compute with glu_op SWIGLU_OAI: its clamp limit (op_params[3]); else 0
-    uint32_t reserved;           ///< 0
+    uint32_t setup_us;           ///< result: of service_us, µs spent making this request's weights ready (packing an n_ff
+                                 ///< slice, reading back originals), not computing; saturating. 0 in other kinds (a compute
+                                 ///< request with another value is refused). (Was `reserved`, always 0: older peers send 0.)
 };
 static_assert(sizeof(MsgHeader) == 152, "MsgHeader is 152 bytes on the wire");
 static_assert(offsetof(MsgHeader, request_id) == 8, "wire layout");
@@ -131,6 +133,12 @@ static_assert(offsetof(MsgHeader, frame_xxh3) == 96, "wire layout");
 static_assert(offsetof(MsgHeader, instance) == 128, "wire layout");
 static_assert(offsetof(MsgHeader, ffn_flags) == 136, "wire layout");
 static_assert(offsetof(MsgHeader, glu_limit) == 144, "wire layout");
+
+/// A result's compute time, ms: service_us minus setup_us (the worker's word, clamped to the round
+/// trip by WorkerLink::recv). What a worker's speed is measured from.
+inline double result_compute_ms(const MsgHeader & h) {
+    return (double) (h.service_us - (h.setup_us < h.service_us ? h.setup_us : h.service_us)) / 1000.0;
+}
 
 /// A header with magic, version and kind set, everything else zero.
 MsgHeader msg_header_make(MsgKind kind);

@@ -55,6 +55,7 @@ struct WorkerStats {
     /// while this host computed its own part (the round trip ends when the reply is taken)
     std::vector<float> rtt_minus_service_ms;
     double service_ms_total = 0;     ///< sum over all results
+    double setup_ms_total = 0;       ///< of it, making weights ready (reply setup_us: packing slices), not computing
 };
 
 /// A buffer to send as one data frame; read (copied) during send() only.

@@ -268,6 +268,11 @@ TEST(AutoShares, TheRequestAfterAHelloIsNoOverheadSample) {
     // 800 ms over a 16-row request would be 50 ms a row; the transfer of a 16-row part is far below 1 ms a row
     EXPECT_LT(b["hosts"][1]["overhead_ms_per_row_large"].get<double>(), 1.0) << b.dump();
     EXPECT_LT(b["hosts"][1]["overhead_ms_per_call"].get<double>(), 50.0) << b.dump();
+    // the request that came while the worker slept packed its slice itself: that time is in its
+    // service time, said apart as setup (reply header setup_us), and left out of its speed
+    const json w = load_json(c.dir + "/prepack.json")["workers"][0];
+    EXPECT_GT(w["setup_ms_total"].get<double>(), 0.0) << w.dump();
+    EXPECT_LE(w["setup_ms_total"].get<double>(), w["service_ms_total"].get<double>()) << w.dump();
 }
 
 } // namespace

@@ -293,7 +293,7 @@ TEST(Worker, MalformedRequestsGetErrorRepliesAndServingContinues) {
                          h.glu_op = GGML_GLU_OP_SWIGLU_OAI;
                          h.glu_limit = std::numeric_limits<float>::quiet_NaN();
                      })});
-    cases.push_back({"reserved field set", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.reserved = 7; })});
+    cases.push_back({"setup_us set in a request", ErrorCode::bad_shape, with_header([](MsgHeader & h) { h.setup_us = 7; })});
     cases.push_back({"ids sent as f32", ErrorCode::bad_frames, with_header([](MsgHeader & h) { h.dtype[1] = (uint8_t) WireType::f32; })});
     {
         std::vector<zmq::message_t> f = compute_frames(compute_header(good, c.instance()), good);

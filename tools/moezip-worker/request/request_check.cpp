@@ -50,7 +50,7 @@ Status check_ffn_form(const RequestShape::Layer & l, const MsgHeader & h, ErrorC
     if (h.n_frames == 4 && l.biases != 0)
         return fail(code, ErrorCode::bad_shape, "an n_ff slice of experts with biases is not computed (layer " + std::to_string(l.il) +
                                                     " has " + bias_names(l.biases) + " biases)");
-    if (h.reserved != 0) return fail(code, ErrorCode::bad_shape, "reserved header field is " + std::to_string(h.reserved) + ", must be 0");
+    if (h.setup_us != 0) return fail(code, ErrorCode::bad_shape, "setup_us header field is " + std::to_string(h.setup_us) + " in a request, must be 0");
     return Status::ok();
 }
 

@@ -3,10 +3,22 @@
 #include "coordinator/base/log.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 namespace moezip {
+
+namespace {
+
+// µs since t, saturating at the header field's 2^32-1
+uint32_t micros_since(std::chrono::steady_clock::time_point t) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count();
+    return (uint32_t) std::min<int64_t>(std::max<int64_t>(us, 0), UINT32_MAX);
+}
+
+} // namespace
 
 int64_t compute_count_pairs(const int32_t * ids, int64_t n) {
     int64_t pairs = 0;
@@ -115,6 +127,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
     }
     const bool shard = h.n_frames == 4;
     int64_t ff_first = 0, ff_count = l->n_ff;
+    uint32_t setup_us = 0;  // making the weights ready (reply header setup_us)
     Status st = Status::ok();
     if (shard) {  // a partial sum over this slice, from packed copies of it (model/worker_slices.h)
         request_slice_of(frames[3], ff_first, ff_count);
@@ -122,14 +135,18 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
         w.ff_count = ff_count;
         if (slice_packable(*l)) {
             const WorkerSlices::Packed * p = nullptr;
+            const auto t_pack = std::chrono::steady_clock::now();
             st = pack_checked(*l, ff_first, ff_count, p);
+            setup_us = micros_since(t_pack);
             if (!st) return st;
             w.gate_slice = &p->gate;
             w.up_slice = &p->up;
             w.down_slice = &p->down;
         }
     } else {
+        const auto t_read = std::chrono::steady_clock::now();
         st = residency_.before_whole(*l);  // the originals, read back if shard mode gave them back
+        setup_us = micros_since(t_read);
         if (!st) return st;
     }
     if (n_pairs == n_used * n_rows) {  // every slot ours: the rectangular batch, as the engine runs it
@@ -151,6 +168,7 @@ Status WorkerCompute::compute(const MsgHeader & h, const void * const * frames, 
 
     reply = msg_header_make(MsgKind::result);
     reply.request_id = h.request_id;
+    reply.setup_us = setup_us;
     reply.layer = h.layer;
     reply.n_embd = h.n_embd;
     reply.n_ff = h.n_ff;
@@ -201,6 +219,10 @@ Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t
 
 int WorkerCompute::queue_prepack(const WorkerPlan & plan) {
     if (plan.mode != WorkerPlan::Mode::shard) return 0;
+    // a new plan supersedes what an earlier one queued (a coordinator that moved its split before
+    // its first call, or at a change: the old slices would only take time from the new ones); a
+    // slice still needed is queued again below
+    queued_.clear();
     int queued = 0;
     const std::vector<WorkerLayer> & layers = model_.layers();
     for (auto l = layers.rbegin(); l != layers.rend(); ++l) {  // packed from the back: the first layer first
