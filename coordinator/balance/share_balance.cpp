@@ -13,12 +13,25 @@ constexpr size_t kHistoryMax = 256;
 } // namespace
 
 ShareBalancer::ShareBalancer(size_t n_hosts, SharePayload payload)
-    : payload_(payload), ms_per_unit_(n_hosts), overhead_(n_hosts), samples_(n_hosts), units_(n_hosts, 0), probes_(n_hosts, 0),
+    : payload_(payload), ms_per_unit_(n_hosts), overhead_(n_hosts), samples_(n_hosts), cores_(n_hosts, 0), units_(n_hosts, 0), probes_(n_hosts, 0),
       idle_calls_(n_hosts, {0, 0}) {}
+
+bool ShareBalancer::cores_differ() const {
+    if (cores_.empty() || *std::min_element(cores_.begin(), cores_.end()) <= 0) return false;
+    return *std::max_element(cores_.begin(), cores_.end()) > 1.05 * *std::min_element(cores_.begin(), cores_.end());
+}
 
 double ShareBalancer::per_unit(size_t h, CallSize size) const {
     const int c = (int) size;
     if (samples_[h][c] > 0) return ms_per_unit_[h][c];
+    if (size == CallSize::large && !cores_.empty() && *std::min_element(cores_.begin(), cores_.end()) > 0) {
+        // as fast per core as the measured hosts (1 ms a unit per core before any is measured)
+        double per_core = 0;
+        int n = 0;
+        for (size_t k = 0; k < samples_.size(); ++k)
+            if (samples_[k][c] > 0) { per_core += ms_per_unit_[k][c] * cores_[k]; ++n; }
+        return (n > 0 ? per_core / n : 1.0) / cores_[h];
+    }
     double sum = 0;
     int n = 0;
     for (size_t k = 0; k < samples_.size(); ++k)
@@ -169,7 +182,8 @@ nlohmann::json ShareBalancer::to_json(const std::vector<std::string> & names, co
     for (size_t h = 0; h < ms_per_unit_.size(); ++h)
         hosts.push_back({{"host", h < names.size() ? names[h] : std::to_string(h)}, {"ms_per_unit_small", ms_per_unit_[h][0]},
                          {"ms_per_unit_large", ms_per_unit_[h][1]}, {"samples_small", samples_[h][0]}, {"samples_large", samples_[h][1]}, {"overhead_ms_per_call", overhead_[h].per_call_ms()},
-                         {"overhead_ms_per_row_large", overhead_[h].per_row_ms()}, {"units", units_[h]}, {"probes", probes_[h]}});
+                         {"overhead_ms_per_row_large", overhead_[h].per_row_ms()}, {"units", units_[h]}, {"probes", probes_[h]},
+                         {"cores", cores_[h] > 0 ? nlohmann::json(cores_[h]) : nlohmann::json()}});
     return {{"unit", unit}, {"hosts", hosts}, {"history", history_}};
 }
 

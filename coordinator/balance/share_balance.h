@@ -9,7 +9,9 @@
 // call in shard mode (so it does not). Speeds and overheads are kept apart for decode and prefill
 // calls (CallSize). The shares make every host's expected time equal (a host whose overhead alone
 // exceeds that time gets nothing). Unmeasured hosts are assumed as fast as the measured ones, so
-// the first calls split evenly. A host left without units is given one to be measured again: in
+// the first calls split evenly; in prefill calls, when every host stated the cores it may use
+// (set_cores: its threads under its CPU affinity and quota, coordinator/base/cpu_capacity.h), as fast
+// per core instead, so a host capped at 40% of a core starts with its share of a prompt, not half. A host left without units is given one to be measured again: in
 // rows mode after kShareProbeCalls calls (each call is split afresh), in shard mode after
 // ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this host, 1 + w = worker w. Rows
 // results do not depend on the split (docs/numerics.md); shard results depend on the slice
@@ -74,6 +76,15 @@ public:
     /// largest (counted as a probe), so it is measured again. Counted apart for the splits of
     /// decode and prefill calls (`size`), which shard mode keeps apart.
     void probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size = CallSize::large);
+    /// Host h may keep `cores` cores busy (0: unknown). Used only for prefill calls, and only while
+    /// h is unmeasured in them and every host's cores are known (per_unit); a quota caps sustained
+    /// work, while a decode call is a burst that runs at full speed within a period's budget.
+    void set_cores(size_t h, double cores) { cores_[h] = cores > 0 ? cores : 0; }
+    /// What set_cores said of host h (0: unknown).
+    double cores(size_t h) const { return cores_[h]; }
+    /// Whether every host stated its cores and they differ (by more than 5%): then the first prefill
+    /// split is not an even one.
+    bool cores_differ() const;
     /// Adds one call's units per host to the totals the report shows.
     void count(const std::vector<int64_t> & counts);
     /// Expected time of the slowest host (ms) for `counts` units each at `scale`, in a call of `size`.
@@ -88,7 +99,7 @@ public:
     /// 256). `call_size`: "decode" or "prefill" when the split serves only those calls (shard mode).
     void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false, const char * call_size = nullptr);
     /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
-    /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes"}],
+    /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes", "cores" (null: unknown)}],
     /// "history": [{"call", "shares": [...], "call_size" (when the split serves only decode or prefill calls)}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
     /// Host h's expected ms per unit (at scale 1) in calls of `size`: measured, or the measured
@@ -103,6 +114,7 @@ private:
     std::vector<std::array<double, 2>> ms_per_unit_;  // by CallSize
     std::vector<WorkerOverhead> overhead_;
     std::vector<std::array<uint64_t, 2>> samples_;    // by CallSize
+    std::vector<double> cores_;                       // set_cores; 0 = unknown
     std::vector<uint64_t> units_, probes_;
     std::vector<std::array<uint64_t, 2>> idle_calls_;  // by CallSize
     nlohmann::json history_ = nlohmann::json::array();

@@ -77,6 +77,8 @@ class MoeExecutor {
 public:
     MoeExecutor(const GgmlApi & api, int n_threads) : api_(api), n_threads_(n_threads < 1 ? 1 : n_threads) {}
     void set_threads(int n_threads) { n_threads_ = n_threads < 1 ? 1 : n_threads; }
+    /// The compute threads (the engine's n_threads of the current graph).
+    int threads() const { return n_threads_; }
 
     /// Writes the weighted per-slot outputs to `out` [n_embd, k, n_rows] f32 (contiguous).
     /// Errors: invalid_argument (shapes disagree, an id outside [0, n_expert)), io_error (ggml

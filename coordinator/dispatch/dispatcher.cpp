@@ -151,6 +151,17 @@ int64_t json_int(const nlohmann::json & j, const char * key) {
 
 } // namespace
 
+double Dispatcher::worker_cores(size_t wi) const {
+    const nlohmann::json & id = workers_[wi].identity;
+    if (!id.is_object()) return 0;
+    auto cpu = id.find("cpu");
+    if (cpu == id.end() || !cpu->is_object()) return 0;
+    auto cores = cpu->find("cores");
+    if (cores == cpu->end() || !cores->is_number()) return 0;
+    const double c = cores->get<double>();
+    return c > 0 && c <= 1e6 ? c : 0;  // a hostile value is no capacity, not a share
+}
+
 bool Dispatcher::kernels_differ(const Worker & w) const {
     return json_str(w.identity, "cpu_variant") != self_.variant.name || json_str(w.identity, "cpu_build_id") != self_.variant.build_id;
 }
@@ -458,6 +469,16 @@ nlohmann::json Dispatcher::stats_json() const {
         if (w.identity.is_object())
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
+        if (w.identity.is_object() && w.identity.contains("cpu") && w.identity["cpu"].is_object()) {
+            // what it said it may use (a first guess of its speed): the known numbers only, not a
+            // peer's JSON as it came
+            nlohmann::json cpu = nlohmann::json::object();
+            for (const char * k : {"threads", "affinity_cpus", "quota_cores", "cores"}) {
+                auto v = w.identity["cpu"].find(k);
+                cpu[k] = v != w.identity["cpu"].end() && v->is_number() ? *v : nlohmann::json();
+            }
+            j["identity"]["cpu"] = cpu;
+        }
         j["reverifications"] = w.reverifications;
         j["replaced_after_refusal"] = w.replaced_after_refusal;
         j["curve"] = w.keys.curve();  // encrypted and authenticated (never the key itself)

@@ -54,6 +54,10 @@ public:
     ~Dispatcher();
 
     size_t n_workers() const { return workers_.size(); }
+    /// The cores worker w stated in its last hello_ok ("cpu": {"cores"}: its threads under its CPU
+    /// affinity and quota, coordinator/base/cpu_capacity.h); 0 before a hello_ok or from a worker
+    /// that states none.
+    double worker_cores(size_t w) const;
     /// True when worker w may take work for region r now (connects, says hello, and checks the
     /// region's weights — its plan — the first time; false while the worker is down or refused).
     bool usable(size_t w, const MoeRegion & r);

@@ -153,6 +153,10 @@ private:
     /// left without a slice for kShardProbeAdjustments adjustments gets one block, to be measured again.
     /// Returns the time spent packing this host's new slices (pack_own_slices), ms.
     double adjust_slices(int64_t n_blocks, int64_t n_rows);
+    /// Before the first call with automatic shares: every host's cores (this one's, and each
+    /// worker's from the hello_ok of the hello this makes), and, when they differ, a first split of
+    /// prefill calls in proportion to them instead of an even one.
+    void seed_prefill_split(const MoeRegion & r, int64_t n_blocks);
     /// After the split of `size` calls changed from `before`: packs this host's down slice of the
     /// new split for every plan seen since the last check, dropping the old one first unless the
     /// other split uses it. Returns the time spent, ms.

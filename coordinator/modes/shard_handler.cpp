@@ -1,6 +1,7 @@
 #include "coordinator/modes/dispatch_handler.h"
 
 #include "coordinator/balance/worker_overhead.h"
+#include "coordinator/base/cpu_capacity.h"
 #include "coordinator/base/log.h"
 #include "coordinator/evidence/trace.h"
 #include "coordinator/memory/weight_release.h"
@@ -88,6 +89,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
     double prepack_ms = 0;  // this host's new down slices packed at a slice change: setup, not compute
     if (cfg_.shard.auto_share) {
+        if (calls_auto_ == 0) seed_prefill_split(r, r.n_ff / block);
         downs_[r.plan_id] = r.down_exps;
         prepack_ms = adjust_slices(r.n_ff / block, n);
     }
@@ -227,6 +229,31 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     return Status::ok();
 }
 
+// A prompt's split with a worker capped by a CPU quota: at even halves the capped worker sets the
+// pace of every prefill call until the calibration measures it (call kShardCalibrationCalls), and the
+// change then taken costs every host a repack of its slices, the capped one at its quota. make bench
+// (a3b-L4-q8_0, worker at 40% of a core) had that repack inside the prompt after the warm-up. The
+// cores a host states are a guess, not a measure (another CPU, memory bandwidth): the calibration
+// still judges the split, but from near where it should be.
+void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
+    share_bal_.set_cores(0, cpu_capacity_self().cores_for(disp_.executor().threads()));
+    for (size_t w = 0; w < disp_.n_workers(); ++w) share_bal_.set_cores(1 + w, disp_.usable(w, r) ? disp_.worker_cores(w) : 0);
+    if (!share_bal_.cores_differ()) return;
+    const std::vector<int64_t> counts = share_bal_.solve(n_blocks, (double) r.n_tokens, CallSize::large);
+    std::vector<double> shares;
+    for (int64_t c : counts) shares.push_back((double) c / (double) n_blocks);
+    std::string said;
+    for (size_t h = 0; h < counts.size(); ++h) {
+        char one[96];
+        snprintf(one, sizeof one, "%s%s %.2f cores: %.3f", h ? ", " : "", h ? ("worker " + std::to_string(h - 1)).c_str() : "this host",
+                 share_bal_.cores(h), shares[h]);
+        said += one;
+    }
+    LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calibration at call %llu "
+             "measures it", said.c_str(), (unsigned long long) kShardCalibrationCalls);
+    disp_.set_shard_shares(CallSize::large, shares);  // the hello that follows tells the workers
+}
+
 // Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
 // the boundaries of the partial sums (the last bits of shard results, within the tolerance). Decode
 // and prefill calls have a split each: a host's speed may differ between them (a worker capped by a
@@ -239,7 +266,7 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     if (++calls_auto_ == 1) {
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
-        share_bal_.record(0, first, /*always =*/ true);  // the equal slices of the calibration calls
+        share_bal_.record(0, first, /*always =*/ true);  // the calibration calls' slices: even, or seed_prefill_split's
     }
     const bool calibration = calls_auto_ == kShardCalibrationCalls;
     if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return 0;

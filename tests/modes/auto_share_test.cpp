@@ -6,6 +6,7 @@
 #include "tests/support/cluster.h"
 
 #include <gtest/gtest.h>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 using namespace moezip_test;
@@ -276,3 +277,37 @@ TEST(AutoShares, TheRequestAfterAHelloIsNoOverheadSample) {
 }
 
 } // namespace
+
+TEST(AutoShares, AWorkerStatingACpuQuotaStartsWithItsShareOfAPrompt) {
+    // make bench: at even halves a worker capped at 40% of a core set the pace of the prompt until
+    // the calibration (call 4) measured it, and the change then taken repacked its slices at its
+    // quota inside the next prompt. A worker states the cores it may use in hello_ok (here a quota of
+    // 25% of a core, and 4x slower prefill calls to match); the first prefill split follows them,
+    // the decode split stays even (a quota does not slow a burst), and results stay within tolerance.
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard_quota"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "cpu_quota_pct=25,slow_prefill=4"}}));
+    CommandResult r = run_host(c.dir, "quota", model, shard_auto_body(c.workers[0]->endpoint(), true));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json rep = load_json(c.dir + "/quota.json");
+    const json & w = rep["workers"][0];
+    ASSERT_TRUE(w["identity"]["cpu"].is_object()) << w.dump();
+    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["quota_cores"].get<double>(), 0.25) << w.dump();
+    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["cores"].get<double>(), 0.25) << "one thread under the quota: " << w.dump();
+    const json & b = rep["balance"];
+    const double here = b["hosts"][0]["cores"].get<double>(), there = b["hosts"][1]["cores"].get<double>();
+    EXPECT_DOUBLE_EQ(there, 0.25) << b.dump();
+    // n_ff 256 in 8 blocks of 32, split in proportion to the cores, to whole blocks
+    const double want = std::round(8 * there / (here + there)) / 8;
+    EXPECT_LT(want, 0.5);
+    ASSERT_FALSE(b["history"].empty()) << b.dump();
+    EXPECT_EQ(b["history"][0]["shares"], json::array({1 - want, want})) << "the calibration calls' split: " << b.dump();
+    EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << b.dump();
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    EXPECT_EQ(w["errors"], 0) << w.dump();
+    json shadow;
+    for (const auto & x : rep["workers"])
+        if (x.contains("shadow")) shadow = x["shadow"];
+    ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
+    EXPECT_EQ(shadow["exceeded"], 0) << "every call within the verify tolerances: " << shadow.dump();
+}

@@ -48,9 +48,11 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.prepack_delay_ms = (int) n;
         } else if (key == "unsliced_keep_ms" && parse_count(value, 600000, n)) {
             out.unsliced_keep_ms = (int) n;
+        } else if (key == "cpu_quota_pct" && parse_count(value, 100000, n) && n >= 1) {
+            out.cpu_quota_pct = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000)");
+                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000)");
         }
     }
     return Status::ok();

@@ -18,6 +18,8 @@
 //                    the request after the hello waits for it; a window to change the file in)
 //   unsliced_keep_ms=N  shard mode keeps a slice's rows N ms after its last request instead of 10 s
 //                    (model/slice_residency.h), so tests see rows given back and read again quickly
+//   cpu_quota_pct=N  hello_ok states a CPU quota of N % of a core whatever the cgroup says (with
+//                    slow_prefill: a host throttled by a quota, without root to make a cgroup)
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
@@ -40,6 +42,7 @@ struct WorkerFaults {
     int slow_prefill = 1;     ///< 1..100: the same for requests of more than 8 rows
     int prepack_delay_ms = 0; ///< 0..600000: before a shard hello's packing
     int unsliced_keep_ms = -1;  ///< -1 = SliceResidency::kKeepMs; 0..600000
+    int cpu_quota_pct = 0;    ///< 0 = the cgroup's; 1..100000: the quota hello_ok states, % of a core
 };
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.

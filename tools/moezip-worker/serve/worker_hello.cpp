@@ -15,7 +15,8 @@ nlohmann::json tensor_json(const GgmlApi & api, const ggml_tensor * t) {
 
 } // namespace
 
-std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance, const std::string & budget) {
+std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & engine, uint64_t instance, const std::string & budget,
+                              const CpuCapacity & cpu, int threads) {
     nlohmann::json layers = nlohmann::json::array();
     for (const WorkerLayer & l : model.layers()) {
         nlohmann::json digests = nlohmann::json::object();
@@ -42,6 +43,10 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                         {"experts", expert_ranges_format(model.served())},
                         {"n_expert", model.n_expert()},
                         {"budget", budget},
+                        {"cpu", {{"threads", threads},
+                                 {"affinity_cpus", cpu.affinity_cpus},
+                                 {"quota_cores", cpu.quota_cores > 0 ? nlohmann::json(cpu.quota_cores) : nlohmann::json()},
+                                 {"cores", cpu.cores_for(threads)}}},
                         {"layers", layers}};
     return j.dump();
 }

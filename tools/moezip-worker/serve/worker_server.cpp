@@ -34,6 +34,13 @@ void on_signal(int) { g_stop = 1; }
 
 constexpr int kPollMs = 100;
 
+// What hello_ok states this process may use: its own limits, or a test's (cpu_quota_pct).
+CpuCapacity stated_capacity(const WorkerFaults & f) {
+    CpuCapacity c = cpu_capacity_self();
+    if (f.cpu_quota_pct > 0) c.quota_cores = f.cpu_quota_pct / 100.0;
+    return c;
+}
+
 /// One received message: the peer's routing id and at most kMaxMessageParts parts.
 struct Incoming {
     zmq::message_t identity;
@@ -52,7 +59,7 @@ public:
            WorkerCounters & c)
         : sock_(sock), opt_(opt), compute_(model, engine.api, opt.n_threads, !opt.keep_unsliced,
                    opt.faults.unsliced_keep_ms >= 0 ? opt.faults.unsliced_keep_ms : SliceResidency::kKeepMs),
-          hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget))), c_(c) {}
+          hello_(worker_hello_json(model, engine, opt.instance, budget_describe(opt.budget), stated_capacity(opt.faults), opt.n_threads)), c_(c) {}
 
     void handle(Incoming & in);
     /// The worker is exiting: answers a message that was waiting with error `stopping`, so its
