@@ -175,6 +175,7 @@ private:
     CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
+    bool prefill_seeded_ = false;  // seed_prefill_split chose the first prefill split
     uint64_t calls_since_check_[2] = {0, 0};  // by CallSize
     SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed

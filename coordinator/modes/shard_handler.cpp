@@ -252,6 +252,7 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calibration at call %llu "
              "measures it", said.c_str(), (unsigned long long) kShardCalibrationCalls);
     disp_.set_shard_shares(CallSize::large, shares);  // the hello that follows tells the workers
+    prefill_seeded_ = true;
 }
 
 // Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
@@ -286,8 +287,13 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         // a better split is taken once what the current one lost since the last change pays for the
         // repack a change costs (slice_change_gate.h); probes below are not gated (rare: only for a
         // host left without a slice)
+        // the calibration takes its change at once only for an even split no measure chose: one from
+        // the hosts' cores (seed_prefill_split) is judged as any other. make bench: the calibration
+        // measured a 40%-capped worker while it packed its slices within that same quota, and moved
+        // the seeded 0.29 of n_ff to 0.08 for the rest of the run
+        const bool chosen = size == CallSize::large && prefill_seeded_;
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
-                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration))
+                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration && !chosen))
             next = cur;
         if (calls_since_check_[sc] > 0) share_bal_.probe_idle(next, kShardProbeAdjustments, size);
         calls_since_check_[sc] = 0;
