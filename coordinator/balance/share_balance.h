@@ -11,7 +11,8 @@
 // exceeds that time gets nothing). Unmeasured hosts are assumed as fast as the measured ones, so
 // the first calls split evenly; in prefill calls, when every host stated the cores it may use
 // (set_cores: its threads under its CPU affinity and quota, coordinator/base/cpu_capacity.h), as fast
-// per core instead, so a host capped at 40% of a core starts with its share of a prompt, not half. A host left without units is given one to be measured again: in
+// per core instead, so a host capped at 40% of a core starts with its share of a prompt, not half.
+// A host left without units is given one to be measured again: in
 // rows mode after kShareProbeCalls calls (each call is split afresh), in shard mode after
 // ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this host, 1 + w = worker w. Rows
 // results do not depend on the split (docs/numerics.md); shard results depend on the slice

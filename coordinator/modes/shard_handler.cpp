@@ -233,8 +233,8 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
 // pace of every prefill call until the calibration measures it (call kShardCalibrationCalls), and the
 // change then taken costs every host a repack of its slices, the capped one at its quota. make bench
 // (a3b-L4-q8_0, worker at 40% of a core) had that repack inside the prompt after the warm-up. The
-// cores a host states are a guess, not a measure (another CPU, memory bandwidth): the calibration
-// still judges the split, but from near where it should be.
+// cores a host states are a guess, not a measure (another CPU, memory bandwidth): the split is judged
+// at every check like any other, but a change of it has to pay for its repacks first (adjust_slices).
 void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     share_bal_.set_cores(0, cpu_capacity_self().cores_for(disp_.executor().threads()));
     for (size_t w = 0; w < disp_.n_workers(); ++w) share_bal_.set_cores(1 + w, disp_.usable(w, r) ? disp_.worker_cores(w) : 0);
