@@ -1083,3 +1083,23 @@ TEST(WorkerPlanTable, AFloodOfHellosDoesNotForgetAComputingConnection) {
     EXPECT_NE(plans.find("flood-1499"), nullptr) << "the newest hello is kept";
     EXPECT_EQ(plans.find("flood-0"), nullptr) << "the oldest hello-only one went first";
 }
+
+// Automatic shares say hello again at every slice change: a breaker's hello flood then took the
+// plan of a coordinator that had computed for a whole run, because its new hello made it a
+// hello-only connection again (its worker refused for the rest of the run). A connection that has
+// computed stays one through its later hellos.
+TEST(WorkerPlanTable, AComputingConnectionThatSaysHelloAgainKeepsItsPlanThroughAFlood) {
+    moezip::WorkerPlans plans;
+    plans.set("coordinator", moezip::WorkerPlan{});
+    ASSERT_NE(plans.find("coordinator"), nullptr);  // it computed
+    moezip::WorkerPlan changed;
+    changed.mode = moezip::WorkerPlan::Mode::shard;
+    changed.shares = {0.75, 0.25};
+    changed.slice = 1;
+    plans.set("coordinator", changed);  // a slice change: hello with the new plan
+    for (int i = 0; i < 1500; ++i) plans.set("flood-" + std::to_string(i), moezip::WorkerPlan{});
+    const moezip::WorkerPlan * kept = plans.find("coordinator");
+    ASSERT_NE(kept, nullptr) << "the computing connection kept its plan";
+    EXPECT_EQ(kept->shares, changed.shares) << "and it is the new one";
+    EXPECT_EQ(plans.evicted_active(), 0u);
+}

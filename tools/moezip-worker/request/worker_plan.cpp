@@ -183,12 +183,17 @@ std::string worker_plan_describe(const WorkerPlan & p) {
 }
 
 void WorkerPlans::set(const std::string & peer, WorkerPlan plan) {
+    // a connection that has computed stays one when it says hello again: automatic shares say hello
+    // at every slice change, and a breaker's hello flood then took the plan of a working coordinator
+    // as that of a hello-only connection (its worker refused for the rest of the run)
+    bool computed = false;
     auto it = index_.find(peer);
     if (it != index_.end()) {
+        computed = it->second->computed;
         plans_.erase(it->second);
         index_.erase(it);
     }
-    plans_.push_front(Entry{peer, std::move(plan), false});
+    plans_.push_front(Entry{peer, std::move(plan), computed});
     index_[peer] = plans_.begin();
     if (plans_.size() <= kMaxPlans) return;
     // the least recently used hello-only connection (not the one just added), else the least recently used
