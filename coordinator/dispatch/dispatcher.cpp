@@ -149,6 +149,17 @@ int64_t json_int(const nlohmann::json & j, const char * key) {
     return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : INT64_MIN;
 }
 
+// A peer's value for a message: a whole number or a short string as it is, anything else by its
+// type. Never dumped: a breaker's hello_ok nested "protocol" 200000 deep, and the recursive dump
+// crashed the host.
+std::string peer_value_text(const nlohmann::json & j, const char * key) {
+    auto it = j.find(key);
+    if (it == j.end()) return "?";
+    if (it->is_number_integer()) return std::to_string(it->get<int64_t>());
+    if (it->is_string() && it->get_ref<const std::string &>().size() <= 32) return "\"" + it->get<std::string>() + "\"";
+    return std::string("(a JSON ") + it->type_name() + ")";
+}
+
 } // namespace
 
 double Dispatcher::worker_cores(size_t wi) const {
@@ -170,7 +181,7 @@ Status Dispatcher::check_identity(const Worker & w) const {
     const nlohmann::json & id = w.identity;
     const std::string who = "worker " + w.cfg->endpoint + " refused: ";
     if (json_int(id, "protocol") != kProtocolVersion)
-        return Status::mismatch(who + "protocol " + (id.contains("protocol") ? id["protocol"].dump() : "?") + ", this host speaks " +
+        return Status::mismatch(who + "protocol " + peer_value_text(id, "protocol") + ", this host speaks " +
                                 std::to_string(kProtocolVersion));
     // The kernels' build-id first: it names a mix of builds (or of CPU variants) for what it is.
     if (kernels_differ(w) && cfg_.numerics == NumericsPolicy::exact)

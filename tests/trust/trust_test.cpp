@@ -435,7 +435,7 @@ TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFail
     const json good_engine = {{"protocol", moezip::kProtocolVersion}, {"instance", moezip::hex64(0x1234)},
                               {"ggml_commit", reference_api().ggml_commit()}, {"cpu_variant", reference_variant()},
                               {"cpu_build_id", reference_build_id()}, {"experts", "4-7"}, {"n_expert", 8}};
-    struct Case { const char * name; json hello; const char * said; };
+    struct Case { const char * name; json hello; const char * said; std::string raw = ""; };
     std::vector<Case> cases;
     json c1 = good_engine; c1["protocol"] = "2";
     cases.push_back({"protocol_as_string", c1, "protocol \"2\""});
@@ -447,12 +447,21 @@ TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFail
     cases.push_back({"tensors_not_an_array", c4, "malformed tensor list"});
     json c5 = good_engine; c5.erase("instance");
     cases.push_back({"no_instance", c5, "names no worker instance"});
+    // a breaker: "protocol" nested 200000 deep crashed the host in a recursive dump of the value
+    {
+        json c6 = good_engine;
+        c6.erase("protocol");
+        std::string deep = c6.dump();
+        deep.pop_back();
+        deep += ",\"protocol\":" + std::string(200000, '[') + "5" + std::string(200000, ']') + "}";
+        cases.push_back({"protocol_nested_deep", json(), "protocol (a JSON array)", deep});
+    }
     CommandResult single = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "8", "--no-repack", "--quiet",
                                         "--json", dir + "/single.json"});
     ASSERT_EQ(single.exit_code, 0);
     for (const Case & k : cases) {
         std::atomic<int> hellos{0};
-        const std::string hello = k.hello.dump();
+        const std::string hello = k.raw.empty() ? k.hello.dump() : k.raw;
         FakeWorkerSocket fake("ipc://" + dir + "/" + k.name + ".sock", [&](const moezip::MsgHeader & h) {
             hellos += h.kind == (uint16_t) moezip::MsgKind::hello;
             return fake_worker_reply(h, hello);
