@@ -77,13 +77,13 @@ Status DispatchHandler::recv_row_sums(const MoeRegion & r, size_t w, uint64_t id
     const auto t_wait = std::chrono::steady_clock::now();
     Status rs = link.recv(id, rh, data);
     if (!rs) return rs;
-    const double service = rh.service_us / 1000.0;
-    bal.observe(1 + w, size, units, result_compute_ms(rh));  // its speed: without packing its slice
-    if (!disp_.take_first_after_hello(w))
-        bal.observe_overhead(1 + w, overhead_sample(size, payload_rows, sent, t_wait, std::chrono::steady_clock::now(), service));
+    const auto t_got = std::chrono::steady_clock::now();
     if (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n_rows ||
         data.size() != (size_t) (n_rows * r.n_embd) * sizeof(float))
-        return Status::corruption(link.endpoint() + ": result does not match the request");
+        return Status::corruption(link.endpoint() + ": result does not match the request");  // and no sample of its speed
+    const double service = rh.service_us / 1000.0;
+    bal.observe(1 + w, size, units, result_compute_ms(rh));  // its speed: without packing its slice
+    if (!disp_.take_first_after_hello(w)) bal.observe_overhead(1 + w, overhead_sample(size, payload_rows, sent, t_wait, t_got, service));
     return Status::ok();
 }
 

@@ -239,7 +239,14 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     share_bal_.set_cores(0, cpu_capacity_self().cores_for(disp_.executor().threads()));
     for (size_t w = 0; w < disp_.n_workers(); ++w) share_bal_.set_cores(1 + w, disp_.usable(w, r) ? disp_.worker_cores(w) : 0);
     if (!share_bal_.cores_differ()) return;
-    const std::vector<int64_t> counts = share_bal_.solve(n_blocks, (double) r.n_tokens, CallSize::large);
+    std::vector<int64_t> counts = share_bal_.solve(n_blocks, (double) r.n_tokens, CallSize::large);
+    // every host keeps a block, so the calls measure it: a stated core count is a peer's word (a
+    // breaker's worker said 1e6 and this host got no prefill slice, its speed then guessed from the
+    // worker's claim per core, which no call could correct)
+    for (size_t h = 0; h < counts.size(); ++h) {
+        const size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
+        if (counts[h] == 0 && counts[big] > 1) { --counts[big]; ++counts[h]; }
+    }
     std::vector<double> shares;
     for (int64_t c : counts) shares.push_back((double) c / (double) n_blocks);
     std::string said;
@@ -267,7 +274,14 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     if (++calls_auto_ == 1) {
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
-        share_bal_.record(0, first, /*always =*/ true);  // the calibration calls' slices: even, or seed_prefill_split's
+        // the calibration calls' slices: even, or seed_prefill_split's for prefill calls (then said
+        // apart from the decode calls' even ones)
+        share_bal_.record(0, first, /*always =*/ true, prefill_seeded_ ? "prefill" : nullptr);
+        if (prefill_seeded_) {
+            std::vector<int64_t> even;
+            for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares(CallSize::small))) even.push_back(b.count);
+            share_bal_.record(0, even, /*always =*/ true, "decode");
+        }
     }
     const bool calibration = calls_auto_ == kShardCalibrationCalls;
     if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return 0;

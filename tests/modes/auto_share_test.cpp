@@ -302,6 +302,10 @@ TEST(AutoShares, AWorkerStatingACpuQuotaStartsWithItsShareOfAPrompt) {
     EXPECT_LT(want, 0.5);
     ASSERT_FALSE(b["history"].empty()) << b.dump();
     EXPECT_EQ(b["history"][0]["shares"], json::array({1 - want, want})) << "the calibration calls' split: " << b.dump();
+    EXPECT_EQ(b["history"][0]["call_size"], "prefill") << b.dump();
+    ASSERT_GE(b["history"].size(), 2u) << b.dump();
+    EXPECT_EQ(b["history"][1]["call_size"], "decode") << b.dump();
+    EXPECT_EQ(b["history"][1]["shares"], json::array({0.5, 0.5})) << b.dump();
     EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << b.dump();
     // a split chosen from the cores is not replaced at once by the calibration's few samples (it
     // goes through the rent-or-buy gate: make bench measured a capped worker while it packed, and

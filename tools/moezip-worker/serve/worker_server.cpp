@@ -179,9 +179,9 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     const auto t_compute = std::chrono::steady_clock::now();
     if (st) st = compute_checked(h, frames, reply, out, code);
     const int slow = h.n_rows > 8 ? std::max(opt_.faults.slow, opt_.faults.slow_prefill) : opt_.faults.slow;
-    if (slow > 1) {
+    if (slow > 1) {  // the compute slower, not the packing (setup_us), which a slower CPU would not make setup
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t_compute).count();
-        usleep((useconds_t) (us * (slow - 1)));
+        usleep((useconds_t) (std::max<int64_t>(us - (st ? (int64_t) reply.setup_us : 0), 0) * (slow - 1)));
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
     // A mapping reads the file as it is while the kernels run: a change during the compute (even one
