@@ -167,7 +167,7 @@ void ShareBalancer::observe(size_t h, CallSize size, double units, double ms) {
     moving_average_add(ms_per_unit_[h][(int) size], ms / units, samples_[h][(int) size]);
 }
 
-void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always, const char * call_size) {
+void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, bool always, const char * call_size, const char * why) {
     if (history_.size() >= kHistoryMax || !(always || call <= 32 || call % 64 == 0)) return;
     int64_t total = 0;
     for (int64_t c : counts) total += c;
@@ -175,6 +175,7 @@ void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, b
     for (int64_t c : counts) shares.push_back(total > 0 ? (double) c / (double) total : 0.0);
     history_.push_back({{"call", call}, {"shares", shares}});
     if (call_size != nullptr) history_.back()["call_size"] = call_size;
+    if (why != nullptr) history_.back()["why"] = why;
 }
 
 nlohmann::json ShareBalancer::to_json(const std::vector<std::string> & names, const std::string & unit) const {

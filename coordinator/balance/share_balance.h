@@ -97,11 +97,14 @@ public:
     /// rows of its request).
     void observe_overhead(size_t h, const OverheadSample & s) { overhead_[h].observe(s); }
     /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most
-    /// 256). `call_size`: "decode" or "prefill" when the split serves only those calls (shard mode).
-    void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false, const char * call_size = nullptr);
+    /// 256). `call_size`: "decode" or "prefill" when the split serves only those calls (shard mode);
+    /// `why`: what chose it (shard mode: "even" or "cores" for the first splits, then "calibration",
+    /// "paid" (its saving paid for the repack, slice_change_gate.h) or "probe").
+    void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false, const char * call_size = nullptr,
+                const char * why = nullptr);
     /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
     /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes", "cores" (null: unknown)}],
-    /// "history": [{"call", "shares": [...], "call_size" (when the split serves only decode or prefill calls)}]}.
+    /// "history": [{"call", "shares": [...], "call_size" (when the split serves only decode or prefill calls), "why"}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
     /// Host h's expected ms per unit (at scale 1) in calls of `size`: measured, or the measured
     /// hosts' mean, or 1.

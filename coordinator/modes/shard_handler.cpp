@@ -276,11 +276,11 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
         // the calibration calls' slices: even, or seed_prefill_split's for prefill calls (then said
         // apart from the decode calls' even ones)
-        share_bal_.record(0, first, /*always =*/ true, prefill_seeded_ ? "prefill" : nullptr);
+        share_bal_.record(0, first, /*always =*/ true, prefill_seeded_ ? "prefill" : nullptr, prefill_seeded_ ? "cores" : "even");
         if (prefill_seeded_) {
             std::vector<int64_t> even;
             for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares(CallSize::small))) even.push_back(b.count);
-            share_bal_.record(0, even, /*always =*/ true, "decode");
+            share_bal_.record(0, even, /*always =*/ true, "decode", "even");
         }
     }
     const bool calibration = calls_auto_ == kShardCalibrationCalls;
@@ -305,11 +305,16 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         // the hosts' cores (seed_prefill_split) is judged as any other. make bench: the calibration
         // measured a 40%-capped worker while it packed its slices within that same quota, and moved
         // the seeded 0.29 of n_ff to 0.08 for the rest of the run
-        const bool chosen = size == CallSize::large && prefill_seeded_;
+        const bool at_once = calibration && !(size == CallSize::large && prefill_seeded_);
+        const char * why = at_once ? "calibration" : "paid";
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
-                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration && !chosen))
+                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], at_once))
             next = cur;
-        if (calls_since_check_[sc] > 0) share_bal_.probe_idle(next, kShardProbeAdjustments, size);
+        if (calls_since_check_[sc] > 0) {
+            const std::vector<int64_t> unprobed = next;
+            share_bal_.probe_idle(next, kShardProbeAdjustments, size);
+            if (next != unprobed) why = "probe";
+        }
         calls_since_check_[sc] = 0;
         if (next == cur) continue;
         change_gate_.changed(size);
@@ -318,7 +323,7 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         const std::vector<double> before = disp_.shard_shares(size);
         disp_.set_shard_shares(size, shares);
         ++slice_changes_;
-        share_bal_.record(calls_auto_, next, /*always =*/ true, size == CallSize::small ? "decode" : "prefill");
+        share_bal_.record(calls_auto_, next, /*always =*/ true, size == CallSize::small ? "decode" : "prefill", why);
         packed_ms += pack_own_slices(size, before);
     }
     mix_.age();

@@ -218,7 +218,11 @@ TEST(AutoShares, ShardGivesDecodeAndPrefillCallsTheirOwnSplit) {
     // takes is the balancer's and the gate's (ShareBalance.*, SliceChangeGate.*)
     EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << "decode calls kept their (calibration) split: " << b.dump();
     bool prefill_change = false;
-    for (const json & h : b["history"]) prefill_change = prefill_change || h.value("call_size", "") == "prefill";
+    for (const json & h : b["history"])
+        if (h.value("call_size", "") == "prefill") {
+            prefill_change = true;
+            EXPECT_EQ(h["why"], "calibration") << "an even split no measure chose is replaced at once: " << b.dump();
+        }
     EXPECT_TRUE(prefill_change) << b.dump();
     // 16 decode steps: the worker computed decode rows (its slice of the decode split) after the
     // prefill split had shrunk its slice
@@ -282,21 +286,22 @@ TEST(AutoShares, AWorkerStatingACpuQuotaStartsWithItsShareOfAPrompt) {
     // make bench: at even halves a worker capped at 40% of a core set the pace of the prompt until
     // the calibration (call 4) measured it, and the change then taken repacked its slices at its
     // quota inside the next prompt. A worker states the cores it may use in hello_ok (here a quota of
-    // 25% of a core, and 4x slower prefill calls to match); the first prefill split follows them,
+    // 33% of a core, and 3x slower prefill calls to match: 6 blocks of n_ff here and 2 there finish
+    // together, so the measures that follow find nothing better); the first prefill split follows them,
     // the decode split stays even (a quota does not slow a burst), and results stay within tolerance.
     const std::string model = fixture_model(kModel);
     Cluster c{test_dir("auto_shard_quota"), {}};
-    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "cpu_quota_pct=25,slow_prefill=4"}}));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "", {{"MOEZIP_WORKER_FAULT", "cpu_quota_pct=33,slow_prefill=3"}}));
     CommandResult r = run_host(c.dir, "quota", model, shard_auto_body(c.workers[0]->endpoint(), true));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     json rep = load_json(c.dir + "/quota.json");
     const json & w = rep["workers"][0];
     ASSERT_TRUE(w["identity"]["cpu"].is_object()) << w.dump();
-    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["quota_cores"].get<double>(), 0.25) << w.dump();
-    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["cores"].get<double>(), 0.25) << "one thread under the quota: " << w.dump();
+    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["quota_cores"].get<double>(), 0.33) << w.dump();
+    EXPECT_DOUBLE_EQ(w["identity"]["cpu"]["cores"].get<double>(), 0.33) << "one thread under the quota: " << w.dump();
     const json & b = rep["balance"];
     const double here = b["hosts"][0]["cores"].get<double>(), there = b["hosts"][1]["cores"].get<double>();
-    EXPECT_DOUBLE_EQ(there, 0.25) << b.dump();
+    EXPECT_DOUBLE_EQ(there, 0.33) << b.dump();
     // n_ff 256 in 8 blocks of 32, split in proportion to the cores, to whole blocks
     const double want = std::round(8 * there / (here + there)) / 8;
     EXPECT_LT(want, 0.5);
@@ -307,11 +312,16 @@ TEST(AutoShares, AWorkerStatingACpuQuotaStartsWithItsShareOfAPrompt) {
     EXPECT_EQ(b["history"][1]["call_size"], "decode") << b.dump();
     EXPECT_EQ(b["history"][1]["shares"], json::array({0.5, 0.5})) << b.dump();
     EXPECT_EQ(b["decode_shares"], json::array({0.5, 0.5})) << b.dump();
+    EXPECT_EQ(b["history"][0]["why"], "cores") << b.dump();
     // a split chosen from the cores is not replaced at once by the calibration's few samples (it
     // goes through the rent-or-buy gate: make bench measured a capped worker while it packed, and
-    // the calibration cut its seeded share to a third for the whole run); 2 layers x 24 calls end
-    // before the next check (call 64)
-    EXPECT_EQ(b["slice_changes"], 0) << b.dump();
+    // the calibration cut its seeded share to a third for the whole run). On this tiny model the
+    // worker's round trip outweighs its part, so its slice may go, but only once that paid for the
+    // repack ("paid"), never as the calibration's
+    for (const json & h : b["history"]) {
+        if (h.value("call_size", "") != "prefill") continue;
+        EXPECT_NE(h.value("why", ""), "calibration") << b.dump();
+    }
     EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
     EXPECT_EQ(w["errors"], 0) << w.dump();
     json shadow;

@@ -219,10 +219,6 @@ Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t
 
 int WorkerCompute::queue_prepack(const WorkerPlan & plan) {
     if (plan.mode != WorkerPlan::Mode::shard) return 0;
-    // a new plan supersedes what an earlier one queued (a coordinator that moved its split before
-    // its first call, or at a change: the old slices would only take time from the new ones); a
-    // slice still needed is queued again below
-    queued_.clear();
     int queued = 0;
     const std::vector<WorkerLayer> & layers = model_.layers();
     for (auto l = layers.rbegin(); l != layers.rend(); ++l) {  // packed from the back: the first layer first

@@ -73,8 +73,9 @@ public:
     /// After a shard plan's hello_ok: queues this worker's slices of both of its splits in every layer
     /// that does not hold them yet, to be packed one at a time between requests (pack_one_queued), so
     /// that the requests after a slice change (a prompt's, on a slow worker: seconds of packing) find
-    /// them made, and no request waits for more than one slice. What an earlier plan queued and was
-    /// not packed yet is dropped first. Returns the slices queued.
+    /// them made, and no request waits for more than one slice. The queue serves every connection:
+    /// what another coordinator's plan queued stays queued (dropping it made a worker serving three
+    /// coordinators pack their slices inside their requests). Returns the slices queued.
     int queue_prepack(const WorkerPlan & plan);
     /// Packs the next queued slice still missing; false when the queue is empty. A failure is left
     /// to the request that needs the slice (it packs again, or says why).
