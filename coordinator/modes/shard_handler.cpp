@@ -251,13 +251,12 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     for (int64_t c : counts) shares.push_back((double) c / (double) n_blocks);
     std::string said;
     for (size_t h = 0; h < counts.size(); ++h) {
-        char one[96];
-        snprintf(one, sizeof one, "%s%s %.2f cores: %.3f", h ? ", " : "", h ? ("worker " + std::to_string(h - 1)).c_str() : "this host",
-                 share_bal_.cores(h), shares[h]);
-        said += one;
+        char one[64];
+        snprintf(one, sizeof one, " %.2f cores: %.3f", share_bal_.cores(h), shares[h]);
+        said += (h ? ", worker " + cfg_.workers[h - 1].endpoint : std::string("this host")) + one;
     }
-    LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calibration at call %llu "
-             "measures it", said.c_str(), (unsigned long long) kShardCalibrationCalls);
+    LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calls measure it, "
+             "and a better split is taken once its saving has paid for the repack", said.c_str());
     disp_.set_shard_shares(CallSize::large, shares);  // the hello that follows tells the workers
     prefill_seeded_ = true;
 }
