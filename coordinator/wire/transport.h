@@ -54,8 +54,9 @@ struct WorkerStats {
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
     /// while this host computed its own part (the round trip ends when the reply is taken)
     std::vector<float> rtt_minus_service_ms;
-    double service_ms_total = 0;     ///< sum over all results
+    double service_ms_total = 0;     ///< sum over all results (service_us_total in ms)
     double setup_ms_total = 0;       ///< of it, making weights ready (reply setup_us: packing slices), not computing
+    uint64_t service_us_total = 0, setup_us_total = 0;  ///< the same sums in whole us, as the replies said them
 };
 
 /// A buffer to send as one data frame; read (copied) during send() only.
