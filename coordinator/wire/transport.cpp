@@ -295,12 +295,8 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             if (sent_rows_ == 1 && stats_.rtt_ms_one_row.size() < 1000000) stats_.rtt_ms_one_row.push_back(rtt);
             if (h.kind == static_cast<uint16_t>(MsgKind::result)) {
                 const float service = (float) (h.service_us / 1000.0);
-                // summed in whole us, so setup <= service holds in the totals as in each reply (float
-                // sums of each made setup exceed service: breaker)
                 stats_.service_us_total += h.service_us;
                 stats_.setup_us_total += h.setup_us;
-                stats_.service_ms_total = (double) stats_.service_us_total / 1000.0;
-                stats_.setup_ms_total = (double) stats_.setup_us_total / 1000.0;
                 if (stats_.service_ms.size() < 1000000) {
                     stats_.service_ms.push_back(service);
                     stats_.rtt_minus_service_ms.push_back(rtt - service);

@@ -54,9 +54,12 @@ struct WorkerStats {
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
     /// while this host computed its own part (the round trip ends when the reply is taken)
     std::vector<float> rtt_minus_service_ms;
-    double service_ms_total = 0;     ///< sum over all results (service_us_total in ms)
-    double setup_ms_total = 0;       ///< of it, making weights ready (reply setup_us: packing slices), not computing
-    uint64_t service_us_total = 0, setup_us_total = 0;  ///< the same sums in whole us, as the replies said them
+    /// Sums over all results in whole us, as the replies said them (summed in integers so that setup
+    /// <= service holds in the totals as in each reply: float sums broke it).
+    uint64_t service_us_total = 0;
+    uint64_t setup_us_total = 0;  ///< of it, making weights ready (reply setup_us: packing slices), not computing
+    double service_ms_total() const { return (double) service_us_total / 1000.0; }
+    double setup_ms_total() const { return (double) setup_us_total / 1000.0; }
 };
 
 /// A buffer to send as one data frame; read (copied) during send() only.

@@ -176,6 +176,6 @@ TEST(HostileReply, AServiceTimeLongerThanTheRoundTripIsClampedToIt) {
     EXPECT_LE(link.stats().service_ms[0], link.stats().rtt_ms[0]);
     EXPECT_GE(link.stats().rtt_minus_service_ms[0], 0.0f);
     // the round trip's samples are floats: the total, rounded alike, is not above it
-    EXPECT_LE((float) link.stats().service_ms_total, link.stats().rtt_ms[0]);
+    EXPECT_LE((float) link.stats().service_ms_total(), link.stats().rtt_ms[0]);
     EXPECT_EQ(link.stats().service_us_total, (uint64_t) rh.service_us);
 }

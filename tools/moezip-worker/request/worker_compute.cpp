@@ -1,6 +1,7 @@
 #include "tools/moezip-worker/request/worker_compute.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/base/micros.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,16 +10,6 @@
 #include <string>
 
 namespace moezip {
-
-namespace {
-
-// µs since t, saturating at the header field's 2^32-1
-uint32_t micros_since(std::chrono::steady_clock::time_point t) {
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count();
-    return (uint32_t) std::min<int64_t>(std::max<int64_t>(us, 0), UINT32_MAX);
-}
-
-} // namespace
 
 int64_t compute_count_pairs(const int32_t * ids, int64_t n) {
     int64_t pairs = 0;

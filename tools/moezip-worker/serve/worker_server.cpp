@@ -1,6 +1,7 @@
 #include "tools/moezip-worker/serve/worker_server.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/base/micros.h"
 #include "tools/moezip-worker/request/worker_compute.h"
 #include "tools/moezip-worker/serve/worker_hello.h"
 #include "tools/moezip-worker/request/worker_plan.h"
@@ -180,7 +181,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     if (st) st = compute_checked(h, frames, reply, out, code);
     const int slow = h.n_rows > 8 ? std::max(opt_.faults.slow, opt_.faults.slow_prefill) : opt_.faults.slow;
     if (slow > 1) {  // the compute slower, not the packing (setup_us), which a slower CPU would not make setup
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t_compute).count();
+        const int64_t us = micros_since(t_compute);
         usleep((useconds_t) (std::max<int64_t>(us - (st ? (int64_t) reply.setup_us : 0), 0) * (slow - 1)));
     }
     if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
@@ -200,8 +201,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
         c_.rows += (uint64_t) h.n_rows;
         c_.pairs += (uint64_t) reply.n_pairs;
         apply_result_faults(reply, out);
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received_at_).count();
-        reply.service_us = (uint32_t) std::min<int64_t>(us, UINT32_MAX);
+        reply.service_us = micros_since(received_at_);
         send_reply(in.identity, reply, &out);
     } else {
         send_error(in.identity, &h, code, st.message());
