@@ -160,16 +160,27 @@ std::string peer_value_text(const nlohmann::json & j, const char * key) {
     return std::string("(a JSON ") + it->type_name() + ")";
 }
 
+/// What a worker's hello_ok says it may use (`cpu`, docs/protocol.md): an object of the known
+/// numbers only (threads, affinity_cpus, quota_cores, cores; null where absent or not a number),
+/// never the peer's JSON as it came; null when it said nothing. The one reader of that field.
+nlohmann::json stated_cpu(const nlohmann::json & identity) {
+    if (!identity.is_object()) return nullptr;
+    auto it = identity.find("cpu");
+    if (it == identity.end() || !it->is_object()) return nullptr;
+    nlohmann::json cpu = nlohmann::json::object();
+    for (const char * k : {"threads", "affinity_cpus", "quota_cores", "cores"}) {
+        auto v = it->find(k);
+        cpu[k] = v != it->end() && v->is_number() ? *v : nlohmann::json();
+    }
+    return cpu;
+}
+
 } // namespace
 
 double Dispatcher::worker_cores(size_t wi) const {
-    const nlohmann::json & id = workers_[wi].identity;
-    if (!id.is_object()) return 0;
-    auto cpu = id.find("cpu");
-    if (cpu == id.end() || !cpu->is_object()) return 0;
-    auto cores = cpu->find("cores");
-    if (cores == cpu->end() || !cores->is_number()) return 0;
-    const double c = cores->get<double>();
+    const nlohmann::json cpu = stated_cpu(workers_[wi].identity);
+    if (!cpu.is_object() || !cpu["cores"].is_number()) return 0;
+    const double c = cpu["cores"].get<double>();
     return c > 0 && c <= 1e6 ? c : 0;  // a hostile value is no capacity, not a share
 }
 
@@ -480,16 +491,8 @@ nlohmann::json Dispatcher::stats_json() const {
         if (w.identity.is_object())
             j["identity"] = {{"cpu_variant", json_str(w.identity, "cpu_variant")}, {"experts", json_str(w.identity, "experts")},
                              {"ggml_commit", json_str(w.identity, "ggml_commit")}, {"instance", json_str(w.identity, "instance")}};
-        if (w.identity.is_object() && w.identity.contains("cpu") && w.identity["cpu"].is_object()) {
-            // what it said it may use (a first guess of its speed): the known numbers only, not a
-            // peer's JSON as it came
-            nlohmann::json cpu = nlohmann::json::object();
-            for (const char * k : {"threads", "affinity_cpus", "quota_cores", "cores"}) {
-                auto v = w.identity["cpu"].find(k);
-                cpu[k] = v != w.identity["cpu"].end() && v->is_number() ? *v : nlohmann::json();
-            }
-            j["identity"]["cpu"] = cpu;
-        }
+        const nlohmann::json cpu = stated_cpu(w.identity);  // what it said it may use: a first guess of its speed
+        if (!cpu.is_null()) j["identity"]["cpu"] = cpu;
         j["reverifications"] = w.reverifications;
         j["replaced_after_refusal"] = w.replaced_after_refusal;
         j["curve"] = w.keys.curve();  // encrypted and authenticated (never the key itself)
