@@ -132,16 +132,19 @@ std::vector<int64_t> ShareBalancer::best_for_mix(int64_t units, const CallMix & 
     return mix_ms(best, mix) <= 0.95 * mix_ms(current, mix) ? best : current;
 }
 
+bool give_unit_from_largest(std::vector<int64_t> & counts, size_t h) {
+    const size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
+    if (big == h || counts[big] < 2) return false;
+    --counts[big];
+    ++counts[h];
+    return true;
+}
+
 void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size) {
-    int64_t units = 0;
-    for (int64_t c : counts) units += c;
     for (size_t h = 0; h < counts.size(); ++h) {
         uint64_t & idle = idle_calls_[h][(int) size];
         if (counts[h] > 0) { idle = 0; continue; }
-        if (++idle < after || units < 2) continue;
-        size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
-        --counts[big];
-        ++counts[h];
+        if (++idle < after || !give_unit_from_largest(counts, h)) continue;
         ++probes_[h];
         idle = 0;
     }

@@ -55,6 +55,11 @@ struct CallMix {
 /// remainders); negative entries count as 0.
 std::vector<int64_t> round_to_units(const std::vector<double> & exact, int64_t units);
 
+/// Moves one unit of `counts` (units per host) to host h from the host with the most, when that
+/// host keeps at least one; false (nothing moved) otherwise. How an idle host is given work so
+/// that it is measured (ShareBalancer::probe_idle, ShardHandler::seed_prefill_split).
+bool give_unit_from_largest(std::vector<int64_t> & counts, size_t h);
+
 class ShareBalancer {
 public:
     explicit ShareBalancer(size_t n_hosts = 1, SharePayload payload = SharePayload::units);

@@ -243,10 +243,8 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     // every host keeps a block, so the calls measure it: a stated core count is a peer's word (a
     // breaker's worker said 1e6 and this host got no prefill slice, its speed then guessed from the
     // worker's claim per core, which no call could correct)
-    for (size_t h = 0; h < counts.size(); ++h) {
-        const size_t big = (size_t) (std::max_element(counts.begin(), counts.end()) - counts.begin());
-        if (counts[h] == 0 && counts[big] > 1) { --counts[big]; ++counts[h]; }
-    }
+    for (size_t h = 0; h < counts.size(); ++h)
+        if (counts[h] == 0) give_unit_from_largest(counts, h);
     std::vector<double> shares;
     for (int64_t c : counts) shares.push_back((double) c / (double) n_blocks);
     std::string said;

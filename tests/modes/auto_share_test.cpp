@@ -67,6 +67,17 @@ TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
     EXPECT_EQ(given, 1);
 }
 
+// A unit for an idle host never leaves another host idle: with three hosts holding 1, 1, 0 units
+// the third waits (a probe or a seed that emptied a host would stop measuring it instead).
+TEST(ShareBalance, AUnitForAnIdleHostComesFromTheLargestAndNeverEmptiesIt) {
+    std::vector<int64_t> counts = {5, 0, 2};
+    EXPECT_TRUE(moezip::give_unit_from_largest(counts, 1));
+    EXPECT_EQ(counts, (std::vector<int64_t>{4, 1, 2}));
+    std::vector<int64_t> ones = {1, 1, 0};
+    EXPECT_FALSE(moezip::give_unit_from_largest(ones, 2));
+    EXPECT_EQ(ones, (std::vector<int64_t>{1, 1, 0}));
+}
+
 // Rows mode: a worker's transfer grows with the rows it is given, so it counts per row. Equal
 // compute (0.1 ms per row) and 0.1 ms of transfer per row make the worker's row cost twice this
 // host's: a third of the rows. Taken as a fixed 10 ms per call, the same transfer left it none.
