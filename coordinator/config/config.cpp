@@ -315,7 +315,7 @@ struct Reader {
             WorkerServerConfig & ws = cfg.worker_server;
             ws.present = true;
             check_known(*t, "worker_server", {"bind", "model", "experts", "threads", "mmap", "repack", "keep_unsliced", "key", "allow", "insecure", "handshake_ms",
-                                              "max_rows", "max_slots", "max_in_mib", "max_out_mib", "max_scratch_mib"});
+                                              "max_rows", "max_slots", "max_in_mib", "max_out_mib", "max_scratch_mib", "scratch_hold_ms"});
             read_server_security(*t, ws);
             read_endpoint(*t, "worker_server", "bind", true, ws.bind);
             read_string(*t, "worker_server", "model", ws.model);
@@ -398,6 +398,7 @@ struct Reader {
         read_int(t, "worker_server", "max_in_mib", 1, 65536, ws.max_in_mib);
         read_int(t, "worker_server", "max_out_mib", 1, 65536, ws.max_out_mib);
         read_int(t, "worker_server", "max_scratch_mib", 1, 1 << 20, ws.max_scratch_mib);
+        read_int(t, "worker_server", "scratch_hold_ms", 0, 86400000, ws.scratch_hold_ms);
     }
 
     // A path to a key file: a non-empty string (read when used). True when written and valid.

@@ -136,6 +136,7 @@ struct WorkerServerConfig {
     int max_in_mib = 128;             ///< 1..65536
     int max_out_mib = 256;            ///< 1..65536
     int max_scratch_mib = 1024;       ///< 1..1048576
+    int scratch_hold_ms = 30000;      ///< a large request's buffers kept this long after it, ms, 0..86400000
 };
 
 /// The whole configuration with its defaults (a default-constructed Config is valid: observe mode).

@@ -86,6 +86,7 @@ void describe_server_security(const WorkerServerConfig & s, Lines & l) {
     l.add("worker_server.max_in_mib", s.max_in_mib);
     l.add("worker_server.max_out_mib", s.max_out_mib);
     l.add("worker_server.max_scratch_mib", s.max_scratch_mib);
+    l.add("worker_server.scratch_hold_ms", s.scratch_hold_ms);
 }
 
 void describe_sections(const Config & c, Lines & l) {

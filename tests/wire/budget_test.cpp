@@ -124,7 +124,9 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
     if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "ASan keeps freed memory in its quarantine: resident memory after frees says nothing";
     const std::string dir = test_dir("budget_memory");
     WorkerProcess w;
-    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "ipc://" + dir + "/w.sock", "--max-slots", "262144"}, dir)) << w.error();
+    const int hold_ms = 1000;
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "ipc://" + dir + "/w.sock", "--max-slots", "262144", "--scratch-hold-ms",
+                         std::to_string(hold_ms)}, dir)) << w.error();
     WorkerClient c(w.endpoint(), w.instance());
     ASSERT_EQ(ask_compute(c, shaped_request(4, 2)).h.kind, (uint16_t) MsgKind::result);
     const long base = status_kib(w.pid(), "VmRSS");
@@ -147,10 +149,10 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
     // a request within the budget whose computation needs ~270 MB of buffers (131072 slots)
     WorkerReply big = ask_compute(c, shaped_request(4096, 32));
     ASSERT_EQ(big.h.kind, (uint16_t) MsgKind::result) << big.text();
-    // kept for the next calls of a prompt (kScratchHoldMs), then released while idle
+    // kept for the next calls of a prompt (--scratch-hold-ms), then released while idle
     const long held = settled_rss();
     EXPECT_GT(held, base + 120 * 1024) << "a prompt's buffers are kept for its next calls";
-    std::this_thread::sleep_for(std::chrono::milliseconds(moezip::kScratchHoldMs + 400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms + 400));
     const long after_big = settled_rss(), peak = status_kib(w.pid(), "VmHWM");
     printf("budget: worker RSS %ld KiB at start, %ld after a 160 MiB message of 41 parts, %ld after a request with "
            "270 MB of buffers (peak %ld)\n", base, after_frames, after_big, peak);
@@ -161,6 +163,30 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
     EXPECT_NE(w.stderr_text().find("parts dropped 36"), std::string::npos) << w.stderr_text();
     EXPECT_NE(w.stderr_text().find("buffers released 1"), std::string::npos) << w.stderr_text();
+}
+
+// By default a prompt's buffers outlive the decode after it: held 1 s, they were released between
+// two prompts, and the next prompt's first request faulted them in again (at a 40% CPU quota it took
+// twice as long, docs/performance.md, 13th session). A request 2.5 s later, after a stream of small
+// ones, finds them; none is released before the worker stops.
+TEST(Budget, APromptsBuffersAreKeptThroughTheDecodeAfterIt) {
+    if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "ASan keeps freed memory in its quarantine: resident memory after frees says nothing";
+    const std::string dir = test_dir("budget_hold");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "ipc://" + dir + "/w.sock", "--max-slots", "262144"}, dir)) << w.error();
+    WorkerClient c(w.endpoint(), w.instance());
+    ASSERT_EQ(ask_compute(c, shaped_request(4, 2)).h.kind, (uint16_t) MsgKind::result);
+    const long base = status_kib(w.pid(), "VmRSS");
+    ASSERT_EQ(ask_compute(c, shaped_request(4096, 32)).h.kind, (uint16_t) MsgKind::result);  // ~270 MB of buffers
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500)) {  // the decode: one row at a time
+        ASSERT_EQ(ask_compute(c, shaped_request(1, 2)).h.kind, (uint16_t) MsgKind::result);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_GT(status_kib(w.pid(), "VmRSS"), base + 120 * 1024) << "the prompt's buffers were released during the decode";
+    ASSERT_EQ(ask_compute(c, shaped_request(4096, 32)).h.kind, (uint16_t) MsgKind::result);  // the next prompt
+    ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
+    EXPECT_EQ(w.stderr_text().find("buffers released"), std::string::npos) << w.stderr_text();
 }
 
 namespace {

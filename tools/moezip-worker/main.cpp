@@ -50,6 +50,7 @@ struct WorkerSettings {
     bool insecure = false;
     int handshake_ms = 5000;
     int64_t max_rows = 4096, max_slots = 32768, max_in_mib = 128, max_out_mib = 256, max_scratch_mib = 1024;
+    int scratch_hold_ms = moezip::kScratchHoldMs;
 };
 
 /// Layer indices as ranges ("0-2,5"), "none" when empty.
@@ -97,6 +98,7 @@ void settings_from_config(const moezip::WorkerServerConfig & ws, WorkerSettings 
     s.max_in_mib = ws.max_in_mib;
     s.max_out_mib = ws.max_out_mib;
     s.max_scratch_mib = ws.max_scratch_mib;
+    s.scratch_hold_ms = ws.scratch_hold_ms;
 }
 
 int keygen(const std::string & dir) {
@@ -138,6 +140,7 @@ int main(int argc, char ** argv) {
     std::vector<std::string> allow;
     int threads = 1, handshake_ms = 5000;
     int64_t max_rows = 0, max_slots = 0, max_in = 0, max_out = 0, max_scratch = 0;
+    int scratch_hold_ms = 0;
     bool use_mmap = false, insecure = false, repack = false, keep_unsliced = false;
     app.add_option("--model", model, "GGUF model file (or [worker_server] model)");
     app.add_option("--bind", bind, "endpoint to bind: tcp://127.0.0.1:5601 (default), tcp://127.0.0.1:* (any free port), ipc:///path");
@@ -162,6 +165,8 @@ int main(int argc, char ** argv) {
     app.add_option("--max-in-mib", max_in, "per-request budget: data received, MiB (default 128)")->check(CLI::Range(1, 65536));
     app.add_option("--max-out-mib", max_out, "per-request budget: result, MiB (default 256)")->check(CLI::Range(1, 65536));
     app.add_option("--max-scratch-mib", max_scratch, "per-request budget: compute buffers, MiB (default 1024)")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--scratch-hold-ms", scratch_hold_ms, "keep a large request's buffers this long for the requests that follow, ms "
+                   "(default 30000: a prompt, its decode and the next turn reuse them)")->check(CLI::Range(0, 86400000));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
@@ -192,6 +197,7 @@ int main(int argc, char ** argv) {
     if (app.count("--max-in-mib")) s.max_in_mib = max_in;
     if (app.count("--max-out-mib")) s.max_out_mib = max_out;
     if (app.count("--max-scratch-mib")) s.max_scratch_mib = max_scratch;
+    if (app.count("--scratch-hold-ms")) s.scratch_hold_ms = scratch_hold_ms;
     if (app.count("--experts")) {
         moezip::Status st = moezip::expert_ranges_parse(experts_text, s.experts);
         if (!st) return fail(2, "--experts " + experts_text + ": " + st.message());
@@ -208,6 +214,7 @@ int main(int argc, char ** argv) {
     opt.instance = moezip::worker_instance_new();
     opt.handshake_ms = s.handshake_ms;
     opt.keep_unsliced = s.keep_unsliced;
+    opt.scratch_hold_ms = s.scratch_hold_ms;
     opt.budget = {s.max_rows, s.max_slots, s.max_in_mib << 20, s.max_out_mib << 20, s.max_scratch_mib << 20};
     if (int rc = resolve_security(s, opt)) return rc;
     if (s.repack && s.use_mmap)  // bad flags or config: exit 2, before the engine and the model are loaded

@@ -10,11 +10,14 @@
 //             + 2 * E * S * 4      gathered (row, slot) pairs, per-slot outputs before a row sum
 //             + (E + F) * S * 4    ggml's work buffer (activations converted to the weights' dot type)
 //             + bytes in           copies of frames libzmq handed over unaligned
-// A request whose scratch exceeded kScratchKeepBytes keeps its buffers kScratchHoldMs after it, for
-// the next calls of the same prompt (faulting ~100 MB in afresh for every 512-row request made the
-// worker 1.7x slower than the coordinator on the same work); after that (checked when the worker is
-// idle and before each request) they shrink back to kScratchKeepBytes and freed heap pages go back to
-// the system (malloc_trim), so one large request does not keep its memory for the life of the process.
+// A request whose scratch exceeded kScratchKeepBytes keeps its buffers for the calls that follow
+// (scratch_hold_ms, default kScratchHoldMs): faulting ~100 MB in afresh for every 512-row request made
+// the worker 1.7x slower than the coordinator on the same work, and with 1 s the buffers went during
+// the decode after each prompt, so every prompt's first layer faulted them in again (at a 40% CPU
+// quota its request took twice as long: make bench, 13th session). After that time (checked when the
+// worker is idle and before each request) they shrink back to kScratchKeepBytes and freed heap pages
+// go back to the system (malloc_trim), so one large request does not keep its memory for the life
+// of the process.
 #pragma once
 
 #include "coordinator/base/status.h"
@@ -38,8 +41,9 @@ struct WorkerBudget {
 
 /// Buffers kept between requests; larger ones are released after the request that needed them.
 constexpr int64_t kScratchKeepBytes = int64_t(64) << 20;
-/// How long a large request's buffers are kept for the next ones, ms (see above).
-constexpr int kScratchHoldMs = 1000;
+/// How long a large request's buffers are kept for the next ones by default, ms (see above): a
+/// prompt, the decode after it and a chat's next turn (--scratch-hold-ms, [worker_server] scratch_hold_ms).
+constexpr int kScratchHoldMs = 30000;
 
 /// What one request may cost, from its header (upper bounds, see the file comment).
 struct RequestCost {

@@ -56,6 +56,7 @@ struct WorkerServerOptions {
     std::vector<std::string> allow;  ///< coordinator public keys (Z85) the ZAP handler admits (CURVE only)
     int handshake_ms = 5000;         ///< ZMQ_HANDSHAKE_IVL (worker_socket.h)
     bool keep_unsliced = false;      ///< shard mode: keep the original expert tensors (model/slice_residency.h)
+    int scratch_hold_ms = kScratchHoldMs;  ///< a large request's buffers kept this long after it (request/worker_budget.h)
 };
 
 /// A random non-zero 64-bit instance id for this worker process (getrandom; the clock and pid mixed
