@@ -59,6 +59,7 @@ TEST(ConfigSecurity, EveryKeyIsReadResolvedAndDescribedWithoutASecret) {
     EXPECT_EQ(cfg.worker_server.allow, (std::vector<std::string>{"/etc/moezip/a.pub", "/etc/moezip/b.pub"}));
     EXPECT_EQ(cfg.worker_server.max_rows, 2048);
     EXPECT_EQ(cfg.worker_server.max_scratch_mib, 512);
+    EXPECT_EQ(cfg.worker_server.scratch_hold_ms, 5000);
     EXPECT_EQ(cfg.worker_server.max_slots, 32768) << "defaults stay";
     EXPECT_EQ(cfg.worker_server.handshake_ms, 2000);
     const std::string d = config_describe(cfg);
