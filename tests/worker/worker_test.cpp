@@ -750,6 +750,43 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     EXPECT_NE(a.stderr_text().find("packed ahead of their requests"), std::string::npos) << a.stderr_text();
 }
 
+// A coordinator that says a second hello before its first call (its first split follows the hosts'
+// cores) withdraws its first plan's slices from the packing queue: packed anyway, they took a
+// CPU-capped worker's quota into the prompt (13th session). A slice another connection's plan
+// queued too stays queued. Each hello waits 1 s (fault prepack_delay_ms) before it queues, so the
+// hellos sent together are all answered before anything is packed.
+TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
+    const char * plan_a = R"({"mode":"shard","shares":[0.75,0.25],"slice":1})";  // [384, 512): 128 units
+    const char * plan_b = R"({"mode":"shard","shares":[0.5,0.5],"slice":1})";    // [256, 512): 256 units
+    // gate, up and down of 8 experts in 2 layers, 272 bytes a unit (see ThreeCoordinators... above)
+    auto bytes = [](int units) { return "shard slices packed " + std::to_string(2 * 3 * 8 * units * 272) + " bytes at most"; };
+    for (const bool shared : {false, true}) {
+        SCOPED_TRACE(shared ? "another connection asked for the first plan too" : "one connection");
+        const std::string dir = test_dir(std::string("worker_shard_withdraw_") + (shared ? "shared" : "alone"));
+        WorkerProcess a;
+        ASSERT_TRUE(a.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/a.sock"}, dir, {{"MOEZIP_WORKER_FAULT", "prepack_delay_ms=1000"}}))
+            << a.error();
+        WorkerClient other(a.endpoint(), a.instance(), ""), coordinator(a.endpoint(), a.instance(), "");
+        if (shared) other.send(simple_frames(MsgKind::hello, 1, hello_json(plan_a)));
+        coordinator.send(simple_frames(MsgKind::hello, 2, hello_json(plan_a)));
+        coordinator.send(simple_frames(MsgKind::hello, 3, hello_json(plan_b)));
+        WorkerReply rep;
+        for (int i = 0; i < 2; ++i) {
+            ASSERT_TRUE(coordinator.recv(rep, 20000));
+            EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok) << rep.text();
+        }
+        if (shared) {
+            ASSERT_TRUE(other.recv(rep, 20000));
+            EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok) << rep.text();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle: the queue is packed
+        ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
+        EXPECT_NE(a.stderr_text().find(bytes(shared ? 128 + 256 : 256)), std::string::npos) << a.stderr_text();
+        EXPECT_NE(a.stderr_text().find(shared ? "4 shard slices packed ahead" : "2 shard slices packed ahead"), std::string::npos)
+            << a.stderr_text();
+    }
+}
+
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
     // Once the originals are given back, new slices and whole requests read the file: if it changed
     // since load, its bytes are not the ones hello_ok's digests named. Refused, by name. A worker

@@ -208,7 +208,13 @@ Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t
     return Status::ok();
 }
 
-int WorkerCompute::queue_prepack(const WorkerPlan & plan) {
+void WorkerCompute::withdraw_prepack(const std::string & who) {
+    for (QueuedSlice & q : queued_) q.askers.erase(std::remove(q.askers.begin(), q.askers.end(), who), q.askers.end());
+    queued_.erase(std::remove_if(queued_.begin(), queued_.end(), [](const QueuedSlice & q) { return q.askers.empty() && !q.kept; }),
+                  queued_.end());
+}
+
+int WorkerCompute::queue_prepack(const WorkerPlan & plan, const std::string & who) {
     if (plan.mode != WorkerPlan::Mode::shard) return 0;
     int queued = 0;
     const std::vector<WorkerLayer> & layers = model_.layers();
@@ -220,10 +226,16 @@ int WorkerCompute::queue_prepack(const WorkerPlan & plan) {
         worker_plan_decode_ff_range(plan, s->n_ff, s->ff_block, ranges[1][0], ranges[1][1]);
         for (const auto & r : ranges) {
             if (r[1] <= 0 || slices_.holds(l->il, r[0], r[1])) continue;
-            bool dup = false;
-            for (const QueuedSlice & q : queued_) dup = dup || (q.il == l->il && q.first == r[0] && q.count == r[1]);
-            if (dup || queued_.size() >= 4 * layers.size()) continue;  // bounded: what a layer keeps (WorkerSlices::kPerLayer)
-            queued_.push_back({l->il, r[0], r[1]});
+            auto same = std::find_if(queued_.begin(), queued_.end(),
+                                     [&](const QueuedSlice & q) { return q.il == l->il && q.first == r[0] && q.count == r[1]; });
+            if (same != queued_.end()) {  // queued by another connection too
+                if (std::find(same->askers.begin(), same->askers.end(), who) != same->askers.end()) continue;
+                if (same->askers.size() < kMaxAskers) same->askers.push_back(who);
+                else same->kept = true;
+                continue;
+            }
+            if (queued_.size() >= 4 * layers.size()) continue;  // bounded: what a layer keeps (WorkerSlices::kPerLayer)
+            queued_.push_back({l->il, r[0], r[1], {who}, false});
             ++queued;
         }
     }

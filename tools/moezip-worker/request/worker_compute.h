@@ -27,6 +27,7 @@
 #include <zmq.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace moezip {
@@ -70,13 +71,18 @@ public:
     const WorkerSlices & slices() const { return slices_; }
     /// Between requests: gives back the originals of layers no recent request needs (SliceResidency::sweep).
     void idle() { residency_.sweep(slices_); }
-    /// After a shard plan's hello_ok: queues this worker's slices of both of its splits in every layer
-    /// that does not hold them yet, to be packed one at a time between requests (pack_one_queued), so
-    /// that the requests after a slice change (a prompt's, on a slow worker: seconds of packing) find
-    /// them made, and no request waits for more than one slice. The queue serves every connection:
-    /// what another coordinator's plan queued stays queued (dropping it made a worker serving three
-    /// coordinators pack their slices inside their requests). Returns the slices queued.
-    int queue_prepack(const WorkerPlan & plan);
+    /// After a shard plan's hello_ok from connection `who`: queues this worker's slices of both of its
+    /// splits in every layer that does not hold them yet, to be packed one at a time between requests
+    /// (pack_one_queued), so that the requests after a slice change (a prompt's, on a slow worker:
+    /// seconds of packing) find them made, and no request waits for more than one slice. Returns the
+    /// slices queued.
+    int queue_prepack(const WorkerPlan & plan, const std::string & who);
+    /// At every hello from `who`: its earlier plan's slices not packed yet leave the queue unless
+    /// another connection's plan queued them too (dropping the whole queue made a worker serving three
+    /// coordinators pack their slices inside their requests). A coordinator whose first split follows
+    /// the hosts' cores says a second hello before its first call: the first plan's slices, never
+    /// asked for, took a CPU-capped worker's quota into the prompt.
+    void withdraw_prepack(const std::string & who);
     /// Packs the next queued slice still missing; false when the queue is empty. A failure is left
     /// to the request that needs the slice (it packs again, or says why).
     bool pack_one_queued();
@@ -104,7 +110,10 @@ private:
     struct QueuedSlice {
         int il;
         int64_t first, count;
+        std::vector<std::string> askers;  // connections whose plan queued it (at most kMaxAskers)
+        bool kept = false;                // more asked than are listed: never withdrawn
     };
+    static constexpr size_t kMaxAskers = 16;
     std::vector<QueuedSlice> queued_;                 // queue_prepack's slices, packed from the back
 };
 

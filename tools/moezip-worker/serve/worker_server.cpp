@@ -246,13 +246,15 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
         st = compute_.model().file_unchanged();
         if (!st) code = compute_.model().file_changed() ? ErrorCode::model_changed : ErrorCode::compute_failed;  // fstat failed: maybe passing
     }
+    const std::string who = in.identity.to_string();  // before a reply is sent: sending takes the identity frame
+    compute_.withdraw_prepack(who);  // whatever this hello says, the earlier plan is gone
     if (!st) {
-        plans_.erase(in.identity.to_string());  // a refused plan leaves no earlier one behind
+        plans_.erase(who);  // a refused plan leaves no earlier one behind
         return send_error(in.identity, &h, code, st.message());
     }
     const bool shard_plan = plan.mode == WorkerPlan::Mode::shard;
     const WorkerPlan to_pack = shard_plan ? plan : WorkerPlan();
-    plans_.set(in.identity.to_string(), std::move(plan));
+    plans_.set(who, std::move(plan));
     c_.plans_evicted_idle = plans_.evicted_idle();
     c_.plans_evicted_active = plans_.evicted_active();
     MsgHeader r = msg_header_make(MsgKind::hello_ok);
@@ -263,7 +265,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     // a shard plan's slices are packed between the requests that follow (serve_loop), one at a time
     if (shard_plan) {
         if (opt_.faults.prepack_delay_ms > 0) usleep((useconds_t) opt_.faults.prepack_delay_ms * 1000);
-        const int queued = compute_.queue_prepack(to_pack);
+        const int queued = compute_.queue_prepack(to_pack, who);
         if (queued > 0) {
             if (!packing_) packing_since_ = std::chrono::steady_clock::now(), packed_ahead_ = 0;
             packing_ = true;
