@@ -57,7 +57,7 @@ std::vector<int64_t> round_to_units(const std::vector<double> & exact, int64_t u
 
 /// Moves one unit of `counts` (units per host) to host h from the host with the most, when that
 /// host keeps at least one; false (nothing moved) otherwise. How an idle host is given work so
-/// that it is measured (ShareBalancer::probe_idle, ShardHandler::seed_split_from_cores).
+/// that it is measured (ShareBalancer::probe_idle, ShardHandler::seed_prefill_split).
 bool give_unit_from_largest(std::vector<int64_t> & counts, size_t h);
 
 class ShareBalancer {

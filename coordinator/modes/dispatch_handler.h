@@ -155,8 +155,8 @@ private:
     double adjust_slices(int64_t n_blocks, int64_t n_rows);
     /// Before the first call with automatic shares: every host's cores (this one's, and each
     /// worker's from the hello_ok of the hello this makes), and, when they differ, a first split of
-    /// decode and prefill calls in proportion to them instead of an even one.
-    void seed_split_from_cores(const MoeRegion & r, int64_t n_blocks);
+    /// prefill calls in proportion to them instead of an even one.
+    void seed_prefill_split(const MoeRegion & r, int64_t n_blocks);
     /// After the split of `size` calls changed from `before`: packs this host's down slice of the
     /// new split for every plan seen since the last check, dropping the old one first unless the
     /// other split uses it. Returns the time spent, ms.
@@ -175,7 +175,7 @@ private:
     CallMix mix_;  // the calls since the last adjustment, older ones at half weight
     ShareBalancer share_bal_{1 + cfg_.workers.size(), SharePayload::call_rows};  // every worker gets every row
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
-    bool seeded_from_cores_ = false;  // seed_split_from_cores chose the first splits
+    bool prefill_seeded_ = false;  // seed_prefill_split chose the first prefill split
     uint64_t calls_since_check_[2] = {0, 0};  // by CallSize
     SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed

@@ -89,7 +89,7 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
                                    " is not a multiple of the down weights' block size " + std::to_string(block));
     double prepack_ms = 0;  // this host's new down slices packed at a slice change: setup, not compute
     if (cfg_.shard.auto_share) {
-        if (calls_auto_ == 0) seed_split_from_cores(r, r.n_ff / block);
+        if (calls_auto_ == 0) seed_prefill_split(r, r.n_ff / block);
         downs_[r.plan_id] = r.down_exps;
         prepack_ms = adjust_slices(r.n_ff / block, n);
     }
@@ -229,17 +229,13 @@ Status ShardHandler::compute(const MoeRegion & r, LayerCounters & c) {
     return Status::ok();
 }
 
-// A split with a worker capped by a CPU quota: at even halves the capped worker sets the pace of
-// every prefill call until the calibration measures it (call kShardCalibrationCalls), and the change
-// then taken costs every host a repack of its slices, the capped one at its quota. make bench
-// (a3b-L4-q8_0, worker at 40% of a core) had that repack inside the prompt after the warm-up. Decode
-// calls get the same split: one decode call is a burst within a period's budget, but a decode stream
-// is sustained work (even halves asked a 40%-capped worker for about 45% of a core on a3b-L4-q8_0),
-// and a second split cost the capped worker packing a second slice of every layer within its quota,
-// into the prompt (13th session). The cores a host states are a guess, not a measure (another CPU,
-// memory bandwidth): each split is judged at every check like any other, but a change of it has to
-// pay for its repacks first (adjust_slices).
-void ShardHandler::seed_split_from_cores(const MoeRegion & r, int64_t n_blocks) {
+// A prompt's split with a worker capped by a CPU quota: at even halves the capped worker sets the
+// pace of every prefill call until the calibration measures it (call kShardCalibrationCalls), and the
+// change then taken costs every host a repack of its slices, the capped one at its quota. make bench
+// (a3b-L4-q8_0, worker at 40% of a core) had that repack inside the prompt after the warm-up. The
+// cores a host states are a guess, not a measure (another CPU, memory bandwidth): the split is judged
+// at every check like any other, but a change of it has to pay for its repacks first (adjust_slices).
+void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     share_bal_.set_cores(0, cpu_capacity_self().cores_for(disp_.executor().threads()));
     for (size_t w = 0; w < disp_.n_workers(); ++w) share_bal_.set_cores(1 + w, disp_.usable(w, r) ? disp_.worker_cores(w) : 0);
     if (!share_bal_.cores_differ()) return;
@@ -257,11 +253,10 @@ void ShardHandler::seed_split_from_cores(const MoeRegion & r, int64_t n_blocks) 
         snprintf(one, sizeof one, " %.2f cores: %.3f", share_bal_.cores(h), shares[h]);
         said += (h ? ", worker " + cfg_.workers[h - 1].endpoint : std::string("this host")) + one;
     }
-    LOG_INFO("shard: the first split follows the cores each host may use (%s); the calls measure it, "
+    LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calls measure it, "
              "and a better split is taken once its saving has paid for the repack", said.c_str());
     disp_.set_shard_shares(CallSize::large, shares);  // the hello that follows tells the workers
-    disp_.set_shard_shares(CallSize::small, shares);
-    seeded_from_cores_ = true;
+    prefill_seeded_ = true;
 }
 
 // Slices change rarely: each change is a new plan every worker must be told in a hello, and moves
@@ -276,8 +271,14 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     if (++calls_auto_ == 1) {
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
-        // the calibration calls' slices, the same for both call sizes: even, or seed_split_from_cores's
-        share_bal_.record(0, first, /*always =*/ true, nullptr, seeded_from_cores_ ? "cores" : "even");
+        // the calibration calls' slices: even, or seed_prefill_split's for prefill calls (then said
+        // apart from the decode calls' even ones)
+        share_bal_.record(0, first, /*always =*/ true, prefill_seeded_ ? "prefill" : nullptr, prefill_seeded_ ? "cores" : "even");
+        if (prefill_seeded_) {
+            std::vector<int64_t> even;
+            for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares(CallSize::small))) even.push_back(b.count);
+            share_bal_.record(0, even, /*always =*/ true, "decode", "even");
+        }
     }
     const bool calibration = calls_auto_ == kShardCalibrationCalls;
     if (!(calibration || (calls_auto_ > kShardCalibrationCalls && calls_auto_ % kShardAdjustEvery == 0))) return 0;
@@ -298,10 +299,10 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         // repack a change costs (slice_change_gate.h); probes below are not gated (rare: only for a
         // host left without a slice)
         // the calibration takes its change at once only for an even split no measure chose: one from
-        // the hosts' cores (seed_split_from_cores) is judged as any other. make bench: the calibration
+        // the hosts' cores (seed_prefill_split) is judged as any other. make bench: the calibration
         // measured a 40%-capped worker while it packed its slices within that same quota, and moved
         // the seeded 0.29 of n_ff to 0.08 for the rest of the run
-        const bool at_once = calibration && !seeded_from_cores_;
+        const bool at_once = calibration && !(size == CallSize::large && prefill_seeded_);
         const char * why = at_once ? "calibration" : "paid";
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
                                               share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], at_once))
