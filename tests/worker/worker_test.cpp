@@ -750,10 +750,9 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     EXPECT_NE(a.stderr_text().find("packed ahead of their requests"), std::string::npos) << a.stderr_text();
 }
 
-// A coordinator that says a second hello before its first call (its first split follows the hosts'
-// cores) withdraws its first plan's slices from the packing queue: packed anyway, they took a
-// CPU-capped worker's quota into the prompt (13th session). A slice another connection's plan
-// queued too stays queued. Each hello waits 1 s (fault prepack_delay_ms) before it queues, so the
+// A coordinator that says hello again (automatic shares: at every change of its slices) withdraws its
+// earlier plan's slices from the packing queue: packed anyway, they would take a CPU-capped worker's
+// quota from its requests. A slice another connection's plan queued too stays queued. Each hello waits 1 s (fault prepack_delay_ms) before it queues, so the
 // hellos sent together are all answered before anything is packed.
 TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
     const char * plan_a = R"({"mode":"shard","shares":[0.75,0.25],"slice":1})";  // [384, 512): 128 units

@@ -79,9 +79,9 @@ public:
     int queue_prepack(const WorkerPlan & plan, const std::string & who);
     /// At every hello from `who`: its earlier plan's slices not packed yet leave the queue unless
     /// another connection's plan queued them too (dropping the whole queue made a worker serving three
-    /// coordinators pack their slices inside their requests). A coordinator whose first split follows
-    /// the hosts' cores says a second hello before its first call: the first plan's slices, never
-    /// asked for, took a CPU-capped worker's quota into the prompt.
+    /// coordinators pack their slices inside their requests). A coordinator with automatic shares
+    /// says hello again at every change of its slices: packing the old plan's slices, which it will
+    /// not ask for, would take the CPU (a capped worker's quota) its requests need.
     void withdraw_prepack(const std::string & who);
     /// Packs the next queued slice still missing; false when the queue is empty. A failure is left
     /// to the request that needs the slice (it packs again, or says why).
