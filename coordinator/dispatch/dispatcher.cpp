@@ -177,12 +177,17 @@ nlohmann::json stated_cpu(const nlohmann::json & identity) {
 
 } // namespace
 
-double Dispatcher::worker_cores(size_t wi) const {
-    const nlohmann::json cpu = stated_cpu(workers_[wi].identity);
+double stated_cores(const nlohmann::json & identity) {
+    const nlohmann::json cpu = stated_cpu(identity);
     if (!cpu.is_object() || !cpu["cores"].is_number()) return 0;
     const double c = cpu["cores"].get<double>();
-    return c > 0 && c <= 1e6 ? c : 0;  // a hostile value is no capacity, not a share
+    if (!(c > 0 && c <= kMaxStatedCores)) return 0;  // a hostile value is no capacity, not a share
+    for (const char * bound : {"threads", "affinity_cpus"})  // a breaker's worker stated 1e6 cores beside 1 thread
+        if (cpu[bound].is_number() && cpu[bound].get<double>() > 0 && c > cpu[bound].get<double>()) return 0;
+    return c;
 }
+
+double Dispatcher::worker_cores(size_t wi) const { return stated_cores(workers_[wi].identity); }
 
 bool Dispatcher::kernels_differ(const Worker & w) const {
     return json_str(w.identity, "cpu_variant") != self_.variant.name || json_str(w.identity, "cpu_build_id") != self_.variant.build_id;

@@ -1,7 +1,9 @@
 // The cores a process may use (coordinator/base/cpu_capacity.h), read from /proc and cgroup files
 // given here as text: cgroup v1 (the cpu controller alone or with cpuacct, as on the development VM
 // and in older container hosts), v2 (cpu.max), nested limits, and a container's mount of its own subtree.
+// And what a coordinator takes from the cores a worker states (coordinator/dispatch/dispatcher.h).
 #include "coordinator/base/cpu_capacity.h"
+#include "coordinator/dispatch/dispatcher.h"
 
 #include <gtest/gtest.h>
 
@@ -92,4 +94,21 @@ TEST(CpuCapacity, ThisProcessHasAtLeastOneCpu) {
     const CpuCapacity c = cpu_capacity_self();
     EXPECT_GE(c.affinity_cpus, 1);
     EXPECT_GE(c.quota_cores, 0.0);
+}
+
+// What a coordinator takes from a worker's statement: a breaker's worker said 1e6 cores beside 1
+// thread, and the first prompt split gave it 7/8 of n_ff for the whole run on a tiny model.
+TEST(StatedCores, OnlyAStatementAWorkerCanBeInCounts) {
+    auto cores = [](const char * cpu) { return moezip::stated_cores(nlohmann::json::parse(std::string(R"({"cpu":)") + cpu + "}")); };
+    EXPECT_DOUBLE_EQ(cores(R"({"threads":1,"affinity_cpus":2,"quota_cores":0.4,"cores":0.4})"), 0.4);
+    EXPECT_DOUBLE_EQ(cores(R"({"threads":4,"affinity_cpus":8,"quota_cores":null,"cores":4})"), 4.0);
+    EXPECT_DOUBLE_EQ(cores(R"({"cores":2})"), 2.0) << "without bounds beside it";
+    EXPECT_EQ(cores(R"({"threads":1,"affinity_cpus":2,"quota_cores":null,"cores":1000000})"), 0.0) << "more than its threads";
+    EXPECT_EQ(cores(R"({"threads":8,"affinity_cpus":2,"cores":4})"), 0.0) << "more than its CPUs";
+    EXPECT_EQ(cores(R"({"threads":1e6,"affinity_cpus":1e6,"cores":1e6})"), 0.0) << "beyond kMaxStatedCores";
+    EXPECT_EQ(cores(R"({"cores":-1})"), 0.0);
+    EXPECT_EQ(cores(R"({"cores":"4"})"), 0.0);
+    EXPECT_EQ(cores(R"({"cores":{"n":4}})"), 0.0);
+    EXPECT_EQ(cores(R"("4")"), 0.0);
+    EXPECT_EQ(moezip::stated_cores(nlohmann::json()), 0.0);
 }
