@@ -47,20 +47,33 @@ void DownSliceCopies::drop(uint64_t key, const ggml_tensor * down, int64_t ff_fi
                kept.end());
 }
 
+namespace {
+
+bool holds_units(int64_t first, int64_t count, int64_t ff_first, int64_t ff_count) {
+    return first <= ff_first && ff_first + ff_count <= first + count;
+}
+
+} // namespace
+
 bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
     auto it = copies_.find(key);
     if (it == copies_.end()) return false;
     for (const auto & c : it->second)
-        if (c->src == down->data && c->ff_first == ff_first && c->ff_count == ff_count) return true;
+        if (c->src == down->data && holds_units(c->ff_first, c->ff_count, ff_first, ff_count)) return true;
     return false;
 }
 
 const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) {
     std::vector<std::unique_ptr<Copy>> & kept = copies_[key];
+    // the exact copy first, else the smallest that holds the slice
+    size_t best = kept.size();
     for (size_t i = 0; i < kept.size(); ++i) {
-        Copy & c = *kept[i];
-        if (c.src != down->data || c.ff_first != ff_first || c.ff_count != ff_count) continue;
-        std::rotate(kept.begin(), kept.begin() + (ptrdiff_t) i, kept.begin() + (ptrdiff_t) i + 1);  // most recently used first
+        const Copy & c = *kept[i];
+        if (c.src != down->data || !holds_units(c.ff_first, c.ff_count, ff_first, ff_count)) continue;
+        if (best == kept.size() || c.ff_count < kept[best]->ff_count) best = i;
+    }
+    if (best < kept.size()) {
+        std::rotate(kept.begin(), kept.begin() + (ptrdiff_t) best, kept.begin() + (ptrdiff_t) best + 1);  // most recently used first
         return &kept[0]->tensor;
     }
     const int64_t n_ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2];

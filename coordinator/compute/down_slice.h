@@ -47,10 +47,12 @@ public:
 
     explicit DownSliceCopies(const GgmlApi & api) : api_(api) {}
 
-    /// A tensor [ff_count, n_embd, n_expert] of down's type holding units [ff_first, ff_first +
-    /// ff_count) of every row of `down`, packed (dense strides; op_params[0..1] = ff_first and
-    /// ff_count, which MoeExecutor checks against the weights' slice). Made at the first call for
-    /// `key` and this slice and kept while it is among the kPerKey slices of `key` used last (the
+    /// A tensor [C, n_embd, n_expert] of down's type holding units [F, F + C) of every row of
+    /// `down`, packed (dense strides; op_params[0..1] = F and C, which MoeExecutor checks against
+    /// the weights' slice), with [F, F + C) holding [ff_first, ff_first + ff_count): a copy held
+    /// for `key` that holds the slice (the executor reads a view of it: a host's slices of the
+    /// decode and the prefill split start at the same unit, so the larger serves both), else one made
+    /// now of exactly the slice. Kept while it is among the kPerKey copies of `key` used last (the
     /// least recently used copy is freed before a new one is made), or until forget(key).
     /// Null when `down` is not in the dense GGUF layout (repacked: extra set, or other strides) or
     /// the slice is not whole blocks inside n_ff (the executor then reports the error), or no memory
@@ -58,7 +60,7 @@ public:
     const ggml_tensor * get(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
     /// Drops the copy of this slice of `down` under `key`, if held.
     void drop(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count);
-    /// True when `key` holds a copy of this slice of `down` (nothing is made).
+    /// True when `key` holds a copy that holds this slice of `down` (nothing is made).
     bool holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const;
     /// Drops the copies of `key` (its weights were freed, e.g. the engine unloaded the model).
     void forget(uint64_t key) {

@@ -35,6 +35,14 @@ ggml_tensor * slice_tensor(const GgmlApi & api, ggml_context * ctx, const ggml_t
     return t;
 }
 
+// Units [first, first + count) of n_ff from a packed slice holding [op_params[0], + op_params[1])
+// (checked by the caller): the packed tensor itself when it holds exactly those, else a view.
+ggml_tensor * packed_slice_tensor(const GgmlApi & api, ggml_context * ctx, const ggml_tensor * packed, int dim, int64_t first, int64_t count) {
+    const int64_t held_first = packed->op_params[0], held_count = packed->op_params[1];
+    if (held_first == first && held_count == count) return external_tensor(api, ctx, packed);
+    return slice_tensor(api, ctx, packed, dim, first - held_first, count);
+}
+
 uint8_t * carve(std::vector<uint8_t> & buf, size_t & used, size_t bytes) {
     const size_t align = 64;
     uint8_t * p = buf.data() + used;
@@ -55,21 +63,29 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     if (w.up_exps->ne[0] != n_embd || w.up_exps->ne[1] != n_ff_all || w.down_exps->ne[0] != n_ff_all ||
         w.down_exps->ne[1] != n_embd || w.up_exps->ne[2] != n_expert || w.down_exps->ne[2] != n_expert)
         return Status::invalid_argument("expert weight shapes disagree");
-    if (w.down_slice != nullptr && (!sliced || w.down_slice->type != w.down_exps->type || w.down_slice->ne[0] != w.ff_count ||
-                                    w.down_slice->ne[1] != n_embd || w.down_slice->ne[2] != n_expert ||
-                                    w.down_slice->op_params[0] != (int32_t) w.ff_first || w.down_slice->op_params[1] != (int32_t) w.ff_count))
-        return Status::invalid_argument("the packed down slice does not match the n_ff slice");
+    // a packed slice holds units [op_params[0], op_params[0] + op_params[1]) of n_ff: the slice asked
+    // for, or one that contains it (a host's slices of the decode and the prefill split share the
+    // larger copy when one contains the other; the view reads the same blocks in the same order)
+    const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
+    auto holds_slice = [&](const ggml_tensor * t, int64_t held_count) {
+        const int64_t first = t->op_params[0], count = t->op_params[1];
+        return sliced && count == held_count && first >= 0 && first <= w.ff_first && w.ff_first + w.ff_count <= first + count &&
+               (w.ff_first - first) % blk == 0;
+    };
+    if (w.down_slice != nullptr && (w.down_slice->type != w.down_exps->type || w.down_slice->ne[1] != n_embd ||
+                                    w.down_slice->ne[2] != n_expert || !holds_slice(w.down_slice, w.down_slice->ne[0])))
+        return Status::invalid_argument("the packed down slice does not hold the n_ff slice");
     if ((w.gate_slice != nullptr) != (w.up_slice != nullptr)) return Status::invalid_argument("a packed gate slice needs a packed up slice");
     for (const ggml_tensor * t : {w.gate_slice, w.up_slice})
-        if (t != nullptr && (!sliced || t->type != w.gate_exps->type || t->ne[0] != n_embd || t->ne[1] != w.ff_count ||
-                             t->ne[2] != n_expert || t->op_params[0] != (int32_t) w.ff_first || t->op_params[1] != (int32_t) w.ff_count))
-            return Status::invalid_argument("a packed gate/up slice does not match the n_ff slice");
+        if (t != nullptr && (t->type != w.gate_exps->type || t->ne[0] != n_embd || t->ne[2] != n_expert || !holds_slice(t, t->ne[1])))
+            return Status::invalid_argument("a packed gate/up slice does not hold the n_ff slice");
+    if (w.gate_slice != nullptr && (w.gate_slice->op_params[0] != w.up_slice->op_params[0] || w.gate_slice->op_params[1] != w.up_slice->op_params[1]))
+        return Status::invalid_argument("the packed gate and up slices hold different n_ff slices");
     if (w.gate_slice != nullptr && w.up_slice->type != w.up_exps->type)
         return Status::invalid_argument("a packed gate/up slice does not match the n_ff slice");
     if (sliced) {
         if (w.gate_exps->extra || w.up_exps->extra || w.down_exps->extra)
             return Status::unsupported("an n_ff slice of repacked expert weights (their rows are interleaved)");
-        const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
         if (w.ff_first < 0 || w.ff_first + w.ff_count > n_ff_all || w.ff_first % blk != 0 || w.ff_count % blk != 0)
             return Status::invalid_argument("n_ff slice [" + std::to_string(w.ff_first) + ", " + std::to_string(w.ff_first + w.ff_count) +
                                             ") is outside [0, " + std::to_string(n_ff_all) + ") or not a multiple of " + std::to_string(blk));
@@ -91,9 +107,11 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     ggml_tensor * up_w = external_tensor(api_, ctx, w.up_exps);
     ggml_tensor * down_w = external_tensor(api_, ctx, w.down_exps);
     if (sliced && gate_w && up_w && down_w) {
-        gate_w = w.gate_slice != nullptr ? external_tensor(api_, ctx, w.gate_slice) : slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
-        up_w = w.up_slice != nullptr ? external_tensor(api_, ctx, w.up_slice) : slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
-        down_w = w.down_slice != nullptr ? external_tensor(api_, ctx, w.down_slice)
+        gate_w = w.gate_slice != nullptr ? packed_slice_tensor(api_, ctx, w.gate_slice, 1, w.ff_first, w.ff_count)
+                                         : slice_tensor(api_, ctx, w.gate_exps, 1, w.ff_first, w.ff_count);
+        up_w = w.up_slice != nullptr ? packed_slice_tensor(api_, ctx, w.up_slice, 1, w.ff_first, w.ff_count)
+                                     : slice_tensor(api_, ctx, w.up_exps, 1, w.ff_first, w.ff_count);
+        down_w = w.down_slice != nullptr ? packed_slice_tensor(api_, ctx, w.down_slice, 0, w.ff_first, w.ff_count)
                                          : slice_tensor(api_, ctx, w.down_exps, 0, w.ff_first, w.ff_count);
     }
     if (!gate_w || !up_w || !down_w) {

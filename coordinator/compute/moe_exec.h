@@ -42,14 +42,16 @@ struct ExpertWeights {
     /// The output is then a partial sum over n_ff. ff_count = 0: all of n_ff. Both must be
     /// multiples of down's block size (ggml_blck_size: 32 for q8_0, 256 for K-quants).
     int64_t ff_first = 0, ff_count = 0;
-    /// Shard mode, optional: down's units [ff_first, ff_first + ff_count) packed [ff_count, n_embd,
-    /// n_expert] (DownSliceCopies, coordinator/compute/down_slice.h), read instead of a strided view
-    /// of down_exps: the same blocks, so the same bits, with reads proportional to the slice.
+    /// Shard mode, optional: down's units [F, F + C) packed [C, n_embd, n_expert] (op_params[0..1] =
+    /// F, C; DownSliceCopies, coordinator/compute/down_slice.h), a range that holds [ff_first,
+    /// ff_first + ff_count): read instead of a strided view of down_exps, the same blocks, so the
+    /// same bits, with reads proportional to the slice (a view of it when it holds more).
     const ggml_tensor * down_slice = nullptr;
-    /// Shard mode, optional (set both or neither): gate's and up's rows [ff_first, ff_first +
-    /// ff_count) packed [n_embd, ff_count, n_expert] (op_params[0..1] = ff_first, ff_count; a worker's
-    /// own copies, tools/moezip-worker/model/worker_slices.h), read instead of row views of gate_exps and
-    /// up_exps: the same rows, so the same bits, and the originals need not stay in memory.
+    /// Shard mode, optional (set both or neither, holding the same range): gate's and up's rows [F,
+    /// F + C) packed [n_embd, C, n_expert] (op_params[0..1] = F, C; a worker's own copies,
+    /// tools/moezip-worker/model/worker_slices.h), a range that holds the slice: read instead of row
+    /// views of gate_exps and up_exps, the same rows, so the same bits, and the originals need not
+    /// stay in memory.
     const ggml_tensor * gate_slice = nullptr, * up_slice = nullptr;
 };
 

@@ -63,6 +63,17 @@ TEST(DownSlice, ThePackedCopyGivesTheStridedViewsBits) {
         // and it is a part of the whole: the slice's output differs from the whole n_ff's
         EXPECT_NE(memcmp(strided.data(), slice_outputs(m, nullptr, 0, 256).data(), strided.size() * sizeof(float)), 0);
     }
+    // a slice read through a view of a copy that holds more (a host's decode slice inside its
+    // prefill slice): the same bits again
+    const ggml_tensor * wide = copies.get(9, down, 32, 192);
+    ASSERT_NE(wide, nullptr);
+    for (auto slice : {std::pair<int64_t, int64_t>{32, 64}, {96, 128}, {160, 32}}) {
+        ASSERT_EQ(copies.get(9, down, slice.first, slice.second), wide);
+        const std::vector<float> strided = slice_outputs(m, nullptr, slice.first, slice.second);
+        const std::vector<float> viewed = slice_outputs(m, wide, slice.first, slice.second);
+        EXPECT_EQ(memcmp(strided.data(), viewed.data(), strided.size() * sizeof(float)), 0) << "slice " << slice.first << "+" << slice.second;
+    }
+    EXPECT_EQ(copies.get(9, down, 0, 64) == wide, false) << "[0, 64) is not inside [32, 224)";
 }
 
 TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
@@ -75,15 +86,21 @@ TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
     const ggml_tensor * b = copies.get(2, down, 128, 128);
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(copies.bytes(), 2u * 4 * 34 * 256 * 8);
-    const ggml_tensor * a2 = copies.get(1, down, 0, 64);  // another slice under key 1: kept beside the first (decode and prefill splits)
-    EXPECT_EQ(copies.bytes(), (2u + 4 + 4) * 34 * 256 * 8);
-    EXPECT_TRUE(copies.holds(1, down, 0, 128));
-    EXPECT_EQ(copies.get(1, down, 0, 128), a) << "the first copy is still the same";
-    copies.get(1, down, 0, 32);  // a third: the least recently used of key 1 ([0, 64)) goes
-    EXPECT_FALSE(copies.holds(1, down, 0, 64));
-    EXPECT_TRUE(copies.holds(1, down, 0, 128));
-    EXPECT_EQ(copies.bytes(), (1u + 4 + 4) * 34 * 256 * 8);
-    (void) a2;
+    // a slice inside a held one is read from that copy (a view): nothing is made
+    EXPECT_EQ(copies.get(1, down, 0, 64), a) << "[0, 64) lies in the copy of [0, 128)";
+    EXPECT_EQ(copies.get(1, down, 32, 64), a);
+    EXPECT_EQ(copies.bytes(), 2u * 4 * 34 * 256 * 8);
+    const ggml_tensor * c = copies.get(1, down, 64, 128);  // another slice under key 1: kept beside the first (decode and prefill splits)
+    ASSERT_NE(c, nullptr);
+    EXPECT_NE(c, a);
+    EXPECT_EQ(copies.bytes(), (4u + 4 + 4) * 34 * 256 * 8);
+    EXPECT_EQ(copies.get(1, down, 96, 32), c) << "two copies of one width hold it: the one used last";
+    copies.get(1, down, 192, 32);  // a third: the least recently used of key 1 ([0, 128)) goes
+    EXPECT_FALSE(copies.holds(1, down, 0, 128));
+    EXPECT_FALSE(copies.holds(1, down, 0, 32));
+    EXPECT_TRUE(copies.holds(1, down, 64, 128));
+    EXPECT_TRUE(copies.holds(1, down, 100 / 32 * 32, 64)) << "inside [64, 192)";
+    EXPECT_EQ(copies.bytes(), (4u + 4 + 1) * 34 * 256 * 8);
     copies.forget(2);
     copies.forget(1);
     EXPECT_EQ(copies.bytes(), 0u);
@@ -101,7 +118,7 @@ TEST(DownSlice, CopiesAreKeptPerKeyAndRefusedWhenNotWholeBlocks) {
     MoeExecutor exec(reference_api(), 1);
     Status st = exec.compute_slots(w, SlotBatch{1, 2, hidden.data(), 256 * sizeof(float), ids.data(), weights.data()}, out.data());
     EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
-    EXPECT_NE(st.message().find("packed down slice"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("packed down slice does not hold the n_ff slice"), std::string::npos) << st.message();
     // the same width at another place of n_ff is refused too
     const ggml_tensor * first_half = copies.get(4, down, 0, 128);
     w.ff_first = 128;

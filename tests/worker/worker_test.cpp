@@ -703,19 +703,25 @@ TEST(WorkerShard, ThreeCoordinatorsWithDifferentSlicesKeepTheirCopies) {
 TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     // local_share = "auto" keeps a split for decode calls and one for prefill calls (a host throttled
     // under sustained load is slower in the second): a worker's plan names both, and the worker
-    // computes either slice, the same bits as a connection planned for that slice alone.
+    // computes either slice, the same bits as a worker planned for that slice alone. The prefill
+    // slice lies inside the decode slice: it is computed from a view of the larger copy, and only
+    // that one is packed.
     const std::string dir = test_dir("worker_shard_decode_split");
-    WorkerProcess a;
+    WorkerProcess a, ref;
     ASSERT_TRUE(a.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/a.sock"}, dir)) << a.error();
+    ASSERT_TRUE(ref.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/ref.sock"}, dir)) << ref.error();
     // n_ff 512: prefill slice 1 of [0.75, 0.25] is [384, 512), decode slice 1 of [0.5, 0.5] is [256, 512)
     WorkerClient both(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"decode_shares":[0.5,0.5],"slice":1})");
-    WorkerClient prefill_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25],"slice":1})");
-    WorkerClient decode_only(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.5,0.5],"slice":1})");
-    ASSERT_TRUE(both.planned() && prefill_only.planned() && decode_only.planned());
+    // the reference packs each slice exactly: the prefill slice first, so it is not served from the decode one
+    WorkerClient prefill_only(ref.endpoint(), ref.instance(), R"({"mode":"shard","shares":[0.75,0.25],"slice":1})");
+    ASSERT_TRUE(both.planned() && prefill_only.planned());
     const ComputeRequest r = shard_request(1, 41);
+    ASSERT_EQ(ask(prefill_only, shard_frames(r, ref.instance(), 384, 128)).h.kind, (uint16_t) MsgKind::result);
+    WorkerClient decode_only(ref.endpoint(), ref.instance(), R"({"mode":"shard","shares":[0.5,0.5],"slice":1})");
+    ASSERT_TRUE(decode_only.planned());
     for (auto slice : {std::pair<int32_t, int32_t>{384, 128}, {256, 256}}) {
         WorkerReply got = ask(both, shard_frames(r, a.instance(), slice.first, slice.second));
-        WorkerReply alone = ask(slice.first == 384 ? prefill_only : decode_only, shard_frames(r, a.instance(), slice.first, slice.second));
+        WorkerReply alone = ask(slice.first == 384 ? prefill_only : decode_only, shard_frames(r, ref.instance(), slice.first, slice.second));
         ASSERT_EQ(got.h.kind, (uint16_t) MsgKind::result) << got.text();
         ASSERT_EQ(alone.h.kind, (uint16_t) MsgKind::result) << alone.text();
         ASSERT_EQ(got.frames[0].size(), alone.frames[0].size());
@@ -742,9 +748,10 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
     EXPECT_TRUE(prefill_slice_only.planned());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // idle: the hellos' slices are packed between requests
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
-    // both slices of both layers, whether a request or the idle worker packed them: gate, up and
-    // down of 8 experts, (128 + 256) units of 272 bytes each (see ThreeCoordinators... below)
-    EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(2 * 3 * 8 * (128 + 256) * 272) + " bytes at most"),
+    // the decode slice of both layers, which holds the prefill slice: gate, up and down of 8
+    // experts, 256 units of 272 bytes each (see ThreeCoordinators... below); both slices packed
+    // apart would be (128 + 256) units
+    EXPECT_NE(a.stderr_text().find("shard slices packed " + std::to_string(2 * 3 * 8 * 256 * 272) + " bytes at most"),
               std::string::npos)
         << a.stderr_text();
     EXPECT_NE(a.stderr_text().find("packed ahead of their requests"), std::string::npos) << a.stderr_text();
@@ -755,7 +762,7 @@ TEST(WorkerShard, APlanWithADecodeSplitAllowsItsTwoSlicesAndNoOther) {
 // quota from its requests. A slice another connection's plan queued too stays queued. Each hello waits 1 s (fault prepack_delay_ms) before it queues, so the
 // hellos sent together are all answered before anything is packed.
 TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
-    const char * plan_a = R"({"mode":"shard","shares":[0.75,0.25],"slice":1})";  // [384, 512): 128 units
+    const char * plan_a = R"({"mode":"shard","shares":[0.25,0.25,0.5],"slice":1})";  // [128, 256): 128 units
     const char * plan_b = R"({"mode":"shard","shares":[0.5,0.5],"slice":1})";    // [256, 512): 256 units
     // gate, up and down of 8 experts in 2 layers, 272 bytes a unit (see ThreeCoordinators... above)
     auto bytes = [](int units) { return "shard slices packed " + std::to_string(2 * 3 * 8 * units * 272) + " bytes at most"; };

@@ -66,10 +66,28 @@ Status WorkerSlices::make(const WorkerLayer & l, int64_t first, int64_t count, b
     return st;
 }
 
+namespace {
+
+bool holds_units(int64_t first, int64_t count, int64_t ff_first, int64_t ff_count) {
+    return first <= ff_first && ff_first + ff_count <= first + count;
+}
+
+} // namespace
+
+std::map<WorkerSlices::Key, std::unique_ptr<WorkerSlices::Copy>>::const_iterator WorkerSlices::holder(int il, int64_t first, int64_t count) const {
+    auto best = copies_.end();
+    for (auto it = copies_.lower_bound(Key{il, {INT64_MIN, INT64_MIN}}); it != copies_.end() && it->first.first == il; ++it)
+        if (holds_units(it->first.second.first, it->first.second.second, first, count) &&
+            (best == copies_.end() || it->first.second.second < best->first.second.second))
+            best = it;
+    return best;
+}
+
 Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out) {
     out = nullptr;
     const Key key{l.il, {first, count}};
-    auto it = copies_.find(key);
+    auto held = holder(l.il, first, count);  // the exact copy, or the smallest that holds the slice
+    auto it = held == copies_.end() ? copies_.end() : copies_.find(held->first);
     if (it == copies_.end()) {
         // the least recently used slice of this layer goes first (before the new copy is made)
         int held = 0;
@@ -97,7 +115,7 @@ Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bo
     return Status::ok();
 }
 
-bool WorkerSlices::holds(int il, int64_t first, int64_t count) const { return copies_.count(Key{il, {first, count}}) != 0; }
+bool WorkerSlices::holds(int il, int64_t first, int64_t count) const { return holder(il, first, count) != copies_.end(); }
 
 bool WorkerSlices::holds_any(int il) const {
     auto it = copies_.lower_bound(Key{il, {INT64_MIN, INT64_MIN}});

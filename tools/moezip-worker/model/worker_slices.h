@@ -45,12 +45,15 @@ public:
         ggml_tensor gate{}, up{}, down{};
     };
 
-    /// The copies of layer l's units [first, first + count), made now if not held (from the
-    /// originals when `from_memory`, else from the file). `first` and `count` were checked against
-    /// n_ff and the block size (request_check). Errors: io_error (no memory for the copies, the file
-    /// unreadable or changed since load; nothing is kept then).
+    /// Copies holding layer l's units [first, first + count): a held copy of that slice or of one
+    /// that contains it (the smallest; MoeExecutor reads a view of it: a worker's slices of the
+    /// decode and the prefill split end at the same unit, so the larger serves both), else copies of
+    /// exactly the slice made now (from the originals when `from_memory`, else from the file).
+    /// `first` and `count` were checked against n_ff and the block size (request_check). Errors:
+    /// io_error (no memory for the copies, the file unreadable or changed since load; nothing is
+    /// kept then).
     Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out);
-    /// True when the copies of that slice are held.
+    /// True when copies holding that slice are held (of it, or of one that contains it).
     bool holds(int il, int64_t first, int64_t count) const;
     /// Drops the copies of that slice (made while the model file changed: their bytes are not known).
     void drop(int il, int64_t first, int64_t count) { copies_.erase(Key{il, {first, count}}); }
@@ -72,6 +75,8 @@ private:
     using Key = std::pair<int, std::pair<int64_t, int64_t>>;  // layer, (first, count)
 
     Status make(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, Copy & c) const;
+    /// The smallest held copy of layer il holding units [first, first + count); end() when none.
+    std::map<Key, std::unique_ptr<Copy>>::const_iterator holder(int il, int64_t first, int64_t count) const;
     Status pack_rows(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const;
     Status pack_down(const ggml_tensor * src, int64_t first, int64_t count, bool from_memory, Buffer & b, ggml_tensor & t) const;
 

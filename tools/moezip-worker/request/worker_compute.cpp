@@ -224,6 +224,11 @@ int WorkerCompute::queue_prepack(const WorkerPlan & plan, const std::string & wh
         int64_t ranges[2][2];
         worker_plan_ff_range(plan, s->n_ff, s->ff_block, ranges[0][0], ranges[0][1]);
         worker_plan_decode_ff_range(plan, s->n_ff, s->ff_block, ranges[1][0], ranges[1][1]);
+        // a range inside the other is computed from the other's copies (WorkerSlices::get): only the larger is packed
+        for (int i = 0; i < 2; ++i) {
+            const int64_t * r = ranges[i], * o = ranges[1 - i];
+            if (o[0] <= r[0] && r[0] + r[1] <= o[0] + o[1] && (o[1] > r[1] || i == 1)) ranges[i][1] = 0;
+        }
         for (const auto & r : ranges) {
             if (r[1] <= 0 || slices_.holds(l->il, r[0], r[1])) continue;
             auto same = std::find_if(queued_.begin(), queued_.end(),
