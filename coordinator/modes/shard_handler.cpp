@@ -332,7 +332,7 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
 // last check (the workers pack theirs after the hello that tells them:
 // tools/moezip-worker/request/worker_compute.h): the calls of that size that follow, a prompt's
 // maybe, then compute instead of packing. The copy of the split's old slice goes first unless the
-// other split uses it: least-recently-used alone dropped the other split's live copy (review).
+// other split reads from it: least-recently-used alone dropped the other split's live copy (review).
 // Returns the time spent, ms.
 double ShardHandler::pack_own_slices(CallSize size, const std::vector<double> & before) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -343,7 +343,9 @@ double ShardHandler::pack_own_slices(CallSize size, const std::vector<double> & 
         const RowBlock own = split_ff(down->ne[0], block, disp_.shard_shares(size))[0];
         const RowBlock old = split_ff(down->ne[0], block, before)[0];
         const RowBlock kept = split_ff(down->ne[0], block, disp_.shard_shares(other))[0];
-        if (old.count > 0 && !(old.first == kept.first && old.count == kept.count)) down_copies_.drop(plan, down, old.first, old.count);
+        // the old copy stays when the other split's slice is read from it (the same, or inside it)
+        const bool serves_kept = kept.count > 0 && old.first <= kept.first && kept.first + kept.count <= old.first + old.count;
+        if (old.count > 0 && !serves_kept) down_copies_.drop(plan, down, old.first, old.count);
         if (own.count > 0) down_copies_.get(plan, down, own.first, own.count);
     }
     return ms_between(t0, std::chrono::steady_clock::now());
