@@ -86,8 +86,8 @@ std::map<WorkerSlices::Key, std::unique_ptr<WorkerSlices::Copy>>::const_iterator
 Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out) {
     out = nullptr;
     const Key key{l.il, {first, count}};
-    auto held = holder(l.il, first, count);  // the exact copy, or the smallest that holds the slice
-    auto it = held == copies_.end() ? copies_.end() : copies_.find(held->first);
+    auto holding = holder(l.il, first, count);  // the exact copy, or the smallest that holds the slice
+    auto it = holding == copies_.end() ? copies_.end() : copies_.find(holding->first);
     if (it == copies_.end()) {
         // the least recently used slice of this layer goes first (before the new copy is made)
         int held = 0;
