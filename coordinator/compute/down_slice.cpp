@@ -47,19 +47,11 @@ void DownSliceCopies::drop(uint64_t key, const ggml_tensor * down, int64_t ff_fi
                kept.end());
 }
 
-namespace {
-
-bool holds_units(int64_t first, int64_t count, int64_t ff_first, int64_t ff_count) {
-    return first <= ff_first && ff_first + ff_count <= first + count;
-}
-
-} // namespace
-
 bool DownSliceCopies::holds(uint64_t key, const ggml_tensor * down, int64_t ff_first, int64_t ff_count) const {
     auto it = copies_.find(key);
     if (it == copies_.end()) return false;
     for (const auto & c : it->second)
-        if (c->src == down->data && holds_units(c->ff_first, c->ff_count, ff_first, ff_count)) return true;
+        if (c->src == down->data && ff_range_holds(c->ff_first, c->ff_count, ff_first, ff_count)) return true;
     return false;
 }
 
@@ -69,7 +61,7 @@ const ggml_tensor * DownSliceCopies::get(uint64_t key, const ggml_tensor * down,
     size_t best = kept.size();
     for (size_t i = 0; i < kept.size(); ++i) {
         const Copy & c = *kept[i];
-        if (c.src != down->data || !holds_units(c.ff_first, c.ff_count, ff_first, ff_count)) continue;
+        if (c.src != down->data || !ff_range_holds(c.ff_first, c.ff_count, ff_first, ff_count)) continue;
         if (best == kept.size() || c.ff_count < kept[best]->ff_count) best = i;
     }
     if (best < kept.size()) {

@@ -34,6 +34,13 @@ bool gguf_dense_layout(const GgmlApi & api, const ggml_tensor * t);
 /// row after row (down's units of an n_ff slice: every row holds a piece of it).
 void pack_row_parts(const uint8_t * src, size_t row, size_t at, size_t part, int64_t n_rows, uint8_t * dst);
 
+/// True when n_ff units [first, first + count) hold [ff_first, ff_first + ff_count): a packed copy
+/// of the first range serves the second through a view (MoeExecutor; a host's slices of the decode
+/// and the prefill split share the larger copy).
+inline bool ff_range_holds(int64_t first, int64_t count, int64_t ff_first, int64_t ff_count) {
+    return first <= ff_first && ff_first + ff_count <= first + count;
+}
+
 /// Sets `t` to a dense tensor [ne0, ne1, ne2] of like's type over `data` (rows of row_bytes), named
 /// like `like`, with op_params[0..1] = ff_first and ff_count: the n_ff slice it holds, which
 /// MoeExecutor checks against the weights' slice (a leaf's op_params are otherwise unused).

@@ -1,5 +1,7 @@
 #include "coordinator/compute/moe_exec.h"
 
+#include "coordinator/compute/down_slice.h"
+
 #include "coordinator/evidence/trace.h"
 
 #include <cstring>
@@ -69,7 +71,7 @@ Status MoeExecutor::compute_slots(const ExpertWeights & w, const SlotBatch & b, 
     const int64_t blk = api_.ggml_blck_size(w.down_exps->type);
     auto holds_slice = [&](const ggml_tensor * t, int64_t held_count) {
         const int64_t first = t->op_params[0], count = t->op_params[1];
-        return sliced && count == held_count && first >= 0 && first <= w.ff_first && w.ff_first + w.ff_count <= first + count &&
+        return sliced && count == held_count && first >= 0 && ff_range_holds(first, count, w.ff_first, w.ff_count) &&
                (w.ff_first - first) % blk == 0;
     };
     if (w.down_slice != nullptr && (w.down_slice->type != w.down_exps->type || w.down_slice->ne[1] != n_embd ||

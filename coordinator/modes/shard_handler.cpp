@@ -344,7 +344,7 @@ double ShardHandler::pack_own_slices(CallSize size, const std::vector<double> & 
         const RowBlock old = split_ff(down->ne[0], block, before)[0];
         const RowBlock kept = split_ff(down->ne[0], block, disp_.shard_shares(other))[0];
         // the old copy stays when the other split's slice is read from it (the same, or inside it)
-        const bool serves_kept = kept.count > 0 && old.first <= kept.first && kept.first + kept.count <= old.first + old.count;
+        const bool serves_kept = kept.count > 0 && ff_range_holds(old.first, old.count, kept.first, kept.count);
         if (old.count > 0 && !serves_kept) down_copies_.drop(plan, down, old.first, old.count);
         if (own.count > 0) down_copies_.get(plan, down, own.first, own.count);
     }

@@ -66,18 +66,10 @@ Status WorkerSlices::make(const WorkerLayer & l, int64_t first, int64_t count, b
     return st;
 }
 
-namespace {
-
-bool holds_units(int64_t first, int64_t count, int64_t ff_first, int64_t ff_count) {
-    return first <= ff_first && ff_first + ff_count <= first + count;
-}
-
-} // namespace
-
 std::map<WorkerSlices::Key, std::unique_ptr<WorkerSlices::Copy>>::const_iterator WorkerSlices::holder(int il, int64_t first, int64_t count) const {
     auto best = copies_.end();
     for (auto it = copies_.lower_bound(Key{il, {INT64_MIN, INT64_MIN}}); it != copies_.end() && it->first.first == il; ++it)
-        if (holds_units(it->first.second.first, it->first.second.second, first, count) &&
+        if (ff_range_holds(it->first.second.first, it->first.second.second, first, count) &&
             (best == copies_.end() || it->first.second.second < best->first.second.second))
             best = it;
     return best;

@@ -2,6 +2,7 @@
 
 #include "coordinator/base/log.h"
 #include "coordinator/base/micros.h"
+#include "coordinator/compute/down_slice.h"
 
 #include <algorithm>
 #include <chrono>
@@ -227,7 +228,7 @@ int WorkerCompute::queue_prepack(const WorkerPlan & plan, const std::string & wh
         // a range inside the other is computed from the other's copies (WorkerSlices::get): only the larger is packed
         for (int i = 0; i < 2; ++i) {
             const int64_t * r = ranges[i], * o = ranges[1 - i];
-            if (o[0] <= r[0] && r[0] + r[1] <= o[0] + o[1] && (o[1] > r[1] || i == 1)) ranges[i][1] = 0;
+            if (ff_range_holds(o[0], o[1], r[0], r[1]) && (o[1] > r[1] || i == 1)) ranges[i][1] = 0;
         }
         for (const auto & r : ranges) {
             if (r[1] <= 0 || slices_.holds(l->il, r[0], r[1])) continue;
