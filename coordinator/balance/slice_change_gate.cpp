@@ -5,7 +5,7 @@
 namespace moezip {
 
 bool SliceChangeGate::take(CallSize size, double current_ms_per_call, double proposed_ms_per_call, uint64_t calls, bool calibration) {
-    if (calibration) return true;  // the first slices were equal by default, not chosen
+    if (calibration && !chosen_[(int) size]) return true;  // equal slices by default: no measure chose them
     double & regret = regret_ms_[(int) size];
     regret += std::max(0.0, current_ms_per_call - proposed_ms_per_call) * (double) calls;
     // while a change of this split is being measured its price is not known yet: the cost may rise.
@@ -18,6 +18,7 @@ bool SliceChangeGate::take(CallSize size, double current_ms_per_call, double pro
 }
 
 void SliceChangeGate::changed(CallSize size) {
+    chosen_[(int) size] = true;
     regret_ms_[(int) size] = 0;
     measuring_[(int) size] = Measuring{true, 0, {}};
 }

@@ -42,8 +42,16 @@ public:
     /// expected ms per call over the recent calls of that size, and those calls since the previous
     /// check. Adds the saving to that split's regret; true when the proposed split is to be taken now
     /// (then changed(size) must follow). At the calibration check (`calibration`: the first, after
-    /// calls at equal slices that no measurement chose) a change is taken at once.
+    /// the calibration calls) a change is taken at once unless the split was chosen (mark_chosen):
+    /// equal slices by default are no measure; a split from the hosts' cores is a guess, judged as any
+    /// other (make bench: a calibration that measured a 40%-capped worker while it packed its slices
+    /// within that same quota moved the split from the cores, 0.29 of n_ff, to 0.08 for the whole run).
     bool take(CallSize size, double current_ms_per_call, double proposed_ms_per_call, uint64_t calls, bool calibration);
+    /// The split of `size` calls was chosen before any call measured it (ShardHandler's first split of
+    /// prefill calls, from the cores each host states): the calibration does not replace it at once.
+    void mark_chosen(CallSize size) { chosen_[(int) size] = true; }
+    /// True once the split of `size` calls was chosen (mark_chosen) or changed (changed).
+    bool chosen(CallSize size) const { return chosen_[(int) size]; }
     /// The split of `size` calls changed: their next call of each layer pays the repack (observe_call).
     void changed(CallSize size);
     /// A call of layer `il` and `size` just ended: its wall time, the split's expected time for it,
@@ -60,6 +68,7 @@ public:
 
 private:
     double regret_ms_[2] = {0, 0};  // by CallSize
+    bool chosen_[2] = {false, false};  // by CallSize: mark_chosen() or changed()
     double cost_ms_ = -1;        // the dearest change measured
     bool first_packs_ = true;    // the run's first call of each layer is still being measured
     double first_ms_ = 0;

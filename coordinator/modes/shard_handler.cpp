@@ -256,6 +256,7 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     LOG_INFO("shard: the first split of prefill calls follows the cores each host may use (%s); the calls measure it, "
              "and a better split is taken once its saving has paid for the repack", said.c_str());
     disp_.set_shard_shares(CallSize::large, shares);  // the hello that follows tells the workers
+    change_gate_.mark_chosen(CallSize::large);         // judged at the calibration, not replaced at once
     prefill_seeded_ = true;
 }
 
@@ -296,16 +297,12 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         only.rows[sc] = mix_.rows[sc];
         std::vector<int64_t> next = only.calls[sc] > 0 ? share_bal_.best_for_mix(n_blocks, only, cur) : cur;
         // a better split is taken once what the current one lost since the last change pays for the
-        // repack a change costs (slice_change_gate.h); probes below are not gated (rare: only for a
-        // host left without a slice)
-        // the calibration takes its change at once only for an even split no measure chose: one from
-        // the hosts' cores (seed_prefill_split) is judged as any other. make bench: the calibration
-        // measured a 40%-capped worker while it packed its slices within that same quota, and moved
-        // the seeded 0.29 of n_ff to 0.08 for the rest of the run
-        const bool at_once = calibration && !(size == CallSize::large && prefill_seeded_);
-        const char * why = at_once ? "calibration" : "paid";
+        // repack a change costs (slice_change_gate.h; the calibration's change is taken at once unless
+        // the split was chosen from the cores); probes below are not gated (rare: only for a host left
+        // without a slice)
+        const char * why = calibration && !change_gate_.chosen(size) ? "calibration" : "paid";
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
-                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], at_once))
+                                              share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration))
             next = cur;
         if (calls_since_check_[sc] > 0) {
             const std::vector<int64_t> unprobed = next;

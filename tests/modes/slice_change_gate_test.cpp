@@ -38,6 +38,24 @@ TEST(SliceChangeGate, TheFirstPacksPriceAChangeBeforeAnyIsMade) {
     EXPECT_DOUBLE_EQ(g.change_cost_ms(), 1200.0);
 }
 
+TEST(SliceChangeGate, ASplitChosenFromTheCoresIsJudgedAtTheCalibrationNotReplaced) {
+    // make bench: the calibration measured a 40%-capped worker while it packed within its quota and
+    // moved the split from the cores (0.29 of n_ff) to 0.08 for the whole run
+    SliceChangeGate g;
+    g.mark_chosen(kPrefill);
+    EXPECT_TRUE(g.chosen(kPrefill));
+    EXPECT_FALSE(g.chosen(kDecode)) << "the decode split was not chosen: equal by default";
+    first_packs(g, 1000.0);  // 4000 ms to change
+    EXPECT_FALSE(g.take(kPrefill, 600.0, 400.0, 4, /*calibration =*/ true)) << "800 ms of regret against 4000";
+    EXPECT_TRUE(g.take(kDecode, 2.0, 1.9, 4, /*calibration =*/ true)) << "the even decode split is replaced at once";
+    g.changed(kDecode);
+    EXPECT_TRUE(g.chosen(kDecode)) << "a split once changed was chosen by a measure";
+    EXPECT_EQ(g.to_json()["slice_changes_declined"], 1);
+    EXPECT_FALSE(g.take(kPrefill, 600.0, 400.0, 4, false)) << "1600 ms";
+    EXPECT_FALSE(g.take(kPrefill, 600.0, 400.0, 8, false)) << "3200 ms";
+    EXPECT_TRUE(g.take(kPrefill, 600.0, 400.0, 4, false)) << "4000 ms: paid";
+}
+
 TEST(SliceChangeGate, ASmallSavingWaitsUntilItHasPaidForTheRepack) {
     // the measured case: a split 5% better on ~2 ms calls, checked every 64 calls, against 1.2 s of
     // repacking. Taken at once, it cost a 64-step decode a third of its speed (shard1_auto_slow 0.36x).
