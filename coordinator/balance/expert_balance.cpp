@@ -7,7 +7,7 @@
 namespace moezip {
 
 ExpertBalancer::ExpertBalancer(size_t n_hosts)
-    : speed_(n_hosts), slots_(n_hosts, 0), replicated_slots_(n_hosts, 0), probes_(n_hosts, 0), covered_(n_hosts, 0),
+    : speed_(n_hosts), instances_(n_hosts), slots_(n_hosts, 0), replicated_slots_(n_hosts, 0), probes_(n_hosts, 0), covered_(n_hosts, 0),
       idle_calls_(n_hosts, 0) {}
 
 // An unmeasured host is taken to be as fast as the measured ones (so the first calls split evenly
@@ -114,6 +114,7 @@ nlohmann::json ExpertBalancer::to_json(const std::vector<std::string> & names) c
                          {"overhead_ms_per_slot_large", s.overhead.per_row_ms()},
                          {"probes", probes_[h]},
                          {"covered_slots", covered_[h]}});
+        instances_.describe(h, hosts.back());
     }
     return {{"calls", calls_},
             {"balanced_calls", balanced_calls_},

@@ -18,6 +18,7 @@
 // measured again. Hosts: 0 = this host, 1 + w = worker w.
 #pragma once
 
+#include "coordinator/balance/host_instances.h"
 #include "coordinator/balance/worker_overhead.h"
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,14 @@ public:
     /// payload is the slots of the part): an observed sample is the overhead, an upper bound only
     /// lowers an estimate made of observed ones.
     void observe_overhead(size_t h, const OverheadSample & s) { speed_[h].overhead.observe(s); }
+    /// Host h's next measurements come from worker process `instance` (its reply header's; 0:
+    /// unknown). True when h's estimates came from another process: its speed is forgotten
+    /// (host_instances.h); the slots it was given stay counted. Call before observing that reply.
+    bool bind_instance(size_t h, uint64_t instance) {
+        if (!instances_.rebind(h, instance)) return false;
+        speed_[h] = HostSpeed();
+        return true;
+    }
     /// Slots of a failed worker's part computed by this host because it owns them too.
     void count_covered(size_t h, int64_t slots) { covered_[h] += (uint64_t) slots; }
     const HostSpeed & speed(size_t h) const { return speed_[h]; }
@@ -73,6 +82,7 @@ private:
     double per_slot(size_t h, CallSize size) const;
 
     std::vector<HostSpeed> speed_;
+    HostInstances instances_;
     std::vector<uint64_t> slots_, replicated_slots_, probes_, covered_, idle_calls_;
     uint64_t calls_ = 0, balanced_calls_ = 0, groups_decided_ = 0;
     double makespan_ms_sum_ = 0;

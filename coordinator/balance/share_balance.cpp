@@ -14,7 +14,16 @@ constexpr size_t kHistoryMax = 256;
 
 ShareBalancer::ShareBalancer(size_t n_hosts, SharePayload payload)
     : payload_(payload), ms_per_unit_(n_hosts), overhead_(n_hosts), samples_(n_hosts), cores_(n_hosts, 0), units_(n_hosts, 0), probes_(n_hosts, 0),
-      idle_calls_(n_hosts, {0, 0}) {}
+      idle_calls_(n_hosts, {0, 0}), instances_(n_hosts) {}
+
+bool ShareBalancer::bind_instance(size_t h, uint64_t instance) {
+    if (!instances_.rebind(h, instance)) return false;
+    ms_per_unit_[h] = {0, 0};
+    samples_[h] = {0, 0};
+    overhead_[h] = WorkerOverhead();
+    cores_[h] = 0;
+    return true;
+}
 
 bool ShareBalancer::cores_differ() const {
     if (cores_.empty() || *std::min_element(cores_.begin(), cores_.end()) <= 0) return false;
@@ -183,11 +192,13 @@ void ShareBalancer::record(uint64_t call, const std::vector<int64_t> & counts, b
 
 nlohmann::json ShareBalancer::to_json(const std::vector<std::string> & names, const std::string & unit) const {
     nlohmann::json hosts = nlohmann::json::array();
-    for (size_t h = 0; h < ms_per_unit_.size(); ++h)
+    for (size_t h = 0; h < ms_per_unit_.size(); ++h) {
         hosts.push_back({{"host", h < names.size() ? names[h] : std::to_string(h)}, {"ms_per_unit_small", ms_per_unit_[h][0]},
                          {"ms_per_unit_large", ms_per_unit_[h][1]}, {"samples_small", samples_[h][0]}, {"samples_large", samples_[h][1]}, {"overhead_ms_per_call", overhead_[h].per_call_ms()},
                          {"overhead_ms_per_row_large", overhead_[h].per_row_ms()}, {"units", units_[h]}, {"probes", probes_[h]},
                          {"cores", cores_[h] > 0 ? nlohmann::json(cores_[h]) : nlohmann::json()}});
+        instances_.describe(h, hosts.back());
+    }
     return {{"unit", unit}, {"hosts", hosts}, {"history", history_}};
 }
 

@@ -19,6 +19,7 @@
 // boundaries in the last bits, within the documented tolerance.
 #pragma once
 
+#include "coordinator/balance/host_instances.h"
 #include "coordinator/balance/worker_overhead.h"
 
 #include <nlohmann/json.hpp>
@@ -101,6 +102,11 @@ public:
     /// A worker's round trip minus service time (overhead_sample(), worker_overhead.h; payload: the
     /// rows of its request).
     void observe_overhead(size_t h, const OverheadSample & s) { overhead_[h].observe(s); }
+    /// Host h's next measurements come from worker process `instance` (its reply header's; 0:
+    /// unknown). True when h's estimates came from another process: its speeds, overheads and the
+    /// cores that process stated are forgotten (host_instances.h); the units and probes it was given
+    /// stay counted. Call before observe() and observe_overhead() of that reply.
+    bool bind_instance(size_t h, uint64_t instance);
     /// Keeps the shares of call `call` in the history (the first 32 calls, then every 64th, at most
     /// 256). `call_size`: "decode" or "prefill" when the split serves only those calls (shard mode);
     /// `why`: what chose it (shard mode: "even" or "cores" for the first splits, then "calibration",
@@ -108,7 +114,8 @@ public:
     void record(uint64_t call, const std::vector<int64_t> & counts, bool always = false, const char * call_size = nullptr,
                 const char * why = nullptr);
     /// {"unit", "hosts": [{"host", "ms_per_unit_small", "ms_per_unit_large", "samples_small",
-    /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes", "cores" (null: unknown)}],
+    /// "samples_large", "overhead_ms_per_call", "overhead_ms_per_row_large", "units", "probes", "cores" (null: unknown),
+    /// "instance" (the worker process measured, hex; null: this host or none yet), "instances_replaced"}],
     /// "history": [{"call", "shares": [...], "call_size" (when the split serves only decode or prefill calls), "why"}]}.
     nlohmann::json to_json(const std::vector<std::string> & names, const std::string & unit) const;
     /// Host h's expected ms per unit (at scale 1) in calls of `size`: measured, or the measured
@@ -126,6 +133,7 @@ private:
     std::vector<double> cores_;                       // set_cores; 0 = unknown
     std::vector<uint64_t> units_, probes_;
     std::vector<std::array<uint64_t, 2>> idle_calls_;  // by CallSize
+    HostInstances instances_;
     nlohmann::json history_ = nlohmann::json::array();
 };
 

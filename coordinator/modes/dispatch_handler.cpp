@@ -82,6 +82,9 @@ Status DispatchHandler::recv_row_sums(const MoeRegion & r, size_t w, uint64_t id
         data.size() != (size_t) (n_rows * r.n_embd) * sizeof(float))
         return Status::corruption(link.endpoint() + ": result does not match the request");  // and no sample of its speed
     const double service = rh.service_us / 1000.0;
+    // a restarted or replaced worker is measured afresh; the cores it states replace the old
+    // process's where the split uses them (shard mode's, set with this host's at the first call)
+    if (bal.bind_instance(1 + w, rh.instance) && bal.cores(0) > 0) bal.set_cores(1 + w, disp_.worker_cores(w));
     bal.observe(1 + w, size, units, result_compute_ms(rh));  // its speed: without packing its slice
     if (!disp_.take_first_after_hello(w)) bal.observe_overhead(1 + w, overhead_sample(size, payload_rows, sent, t_wait, t_got, service));
     return Status::ok();

@@ -315,6 +315,7 @@ void ExpertsHandler::observe_reply(size_t w, CallSize size, const Part & p, cons
                                    std::chrono::steady_clock::time_point t_wait) {
     const auto now = std::chrono::steady_clock::now();
     const double service = rh.service_us / 1000.0;
+    balancer_.bind_instance(1 + w, rh.instance);  // a restarted or replaced worker is measured afresh
     balancer_.observe_compute(1 + w, size, (int64_t) p.pairs.size(), result_compute_ms(rh));
     // payload, in the unit the balancer's transfer cost is per (ExpertBalancer::expected_ms): slots
     // with exact combine (a prefix-sum reply's fewer bytes then show as a lower cost per slot), rows

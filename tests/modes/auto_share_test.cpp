@@ -3,10 +3,13 @@
 // bit-identical to one node; shard mode moves the n_ff slices (a new plan said in hello) and stays
 // within the verify tolerances, measured on every call.
 #include "coordinator/balance/share_balance.h"
+#include "coordinator/base/hex.h"
 #include "tests/support/cluster.h"
 
 #include <gtest/gtest.h>
 #include <cmath>
+#include <csignal>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 using namespace moezip_test;
@@ -55,6 +58,31 @@ TEST(ShareBalance, EqualHostsSplitEvenlyAndASlowerOneGetsLess) {
     // a worker whose fixed cost per call alone exceeds the equal finish time gets nothing
     b.observe_overhead(1, sample(50.0, CallSize::small, 1));
     EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{100, 0}));
+}
+
+TEST(ShareBalance, AWorkerReplacedByAnotherProcessIsMeasuredAfresh) {
+    // a worker restarted at its endpoint under another CPU quota, or on another machine: the old
+    // process's speed, overhead and stated cores say nothing of it
+    moezip::ShareBalancer b(2);
+    EXPECT_FALSE(b.bind_instance(1, 0xa));
+    b.set_cores(0, 1.0);
+    b.set_cores(1, 0.25);
+    b.observe(0, CallSize::large, 100, 10.0);  // 0.1 ms per row
+    b.observe(1, CallSize::large, 100, 40.0);  // 0.4 ms per row
+    b.observe_overhead(1, sample(2.0, CallSize::small, 1));
+    // 0.1 u = 2 + 0.4 (100 - u): u = 84
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{84, 16}));
+    EXPECT_FALSE(b.bind_instance(1, 0)) << "unknown: the binding stays";
+    EXPECT_TRUE(b.bind_instance(1, 0xb));
+    EXPECT_EQ(b.cores(1), 0.0) << "stated by the process before";
+    const nlohmann::json j = b.to_json({"here", "w"}, "row");
+    EXPECT_EQ(j["hosts"][1]["samples_large"], 0) << j.dump();
+    EXPECT_EQ(j["hosts"][1]["overhead_ms_per_call"], 0.0) << j.dump();
+    EXPECT_EQ(j["hosts"][1]["instance"], "000000000000000b") << j.dump();
+    EXPECT_EQ(j["hosts"][1]["instances_replaced"], 1) << j.dump();
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{50, 50})) << "unmeasured: as fast as this host";
+    b.set_cores(1, 0.25);  // the new process states its cores: as fast per core as this host until measured
+    EXPECT_EQ(b.split(100, 1.0, CallSize::large), (std::vector<int64_t>{80, 20}));
 }
 
 TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
@@ -341,3 +369,40 @@ TEST(AutoShares, AWorkerStatingACpuQuotaStartsWithItsShareOfAPrompt) {
     ASSERT_FALSE(shadow.is_null()) << rep["workers"].dump();
     EXPECT_EQ(shadow["exceeded"], 0) << "every call within the verify tolerances: " << shadow.dump();
 }
+
+TEST(AutoShares, AReplacedWorkerIsMeasuredAfreshWithTheCoresItStates) {
+    // A worker restarted at its endpoint between two prompts, under another CPU quota (or another
+    // machine): what the balancer measured, and the cores it read, came from the process before.
+    const std::string model = fixture_model(kModel);
+    Cluster c{test_dir("auto_shard_replaced"), {}};
+    const std::string endpoint = "ipc://" + c.dir + "/w.sock";
+    ASSERT_TRUE(c.start_worker(model, endpoint, "", {{"MOEZIP_WORKER_FAULT", "cpu_quota_pct=33"}}));
+    const std::string pause = c.dir + "/pause";
+    CommandResult host;
+    std::thread t = start_paused_host(host, model, c.dir + "/dist-run.json", pause,
+                                      // not require_intercept: the request the new process refuses is computed here
+                                      write_moezip_config(c.dir, "dist", "mode = \"shard\"\n[shard]\nlocal_share = \"auto\"\n"
+                                                                         "[[worker]]\nendpoint = \"" + endpoint + "\"\n"));
+    const uint64_t first = c.workers[0]->instance();
+    c.workers[0]->stop(SIGKILL, 2000);
+    const bool restarted = c.start_worker(model, endpoint, "", {{"MOEZIP_WORKER_FAULT", "cpu_quota_pct=50"}});
+    std::ofstream(pause + ".go") << "go\n";
+    t.join();
+    ASSERT_TRUE(restarted);
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    ASSERT_NE(c.workers[1]->instance(), first);
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_EQ(rep["workers"][0]["reverifications"], 1) << rep["workers"][0].dump();
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 1u) << "only the request the new process refused";
+    const json & hosts = rep["balance"]["hosts"];
+    ASSERT_EQ(hosts.size(), 2u) << rep["balance"].dump();
+    EXPECT_EQ(hosts[1]["instance"], moezip::hex64(c.workers[1]->instance())) << hosts.dump();
+    EXPECT_EQ(hosts[1]["instances_replaced"], 1) << hosts.dump();
+    EXPECT_DOUBLE_EQ(hosts[1]["cores"].get<double>(), 0.5) << "stated by the new process: " << hosts.dump();
+    EXPECT_TRUE(hosts[0]["instance"].is_null()) << hosts.dump();
+    // this host measured itself in both prompts' decode calls, the worker only the new process
+    const uint64_t here = hosts[0]["samples_small"].get<uint64_t>(), there = hosts[1]["samples_small"].get<uint64_t>();
+    EXPECT_GT(there, 0u) << hosts.dump();
+    EXPECT_LT(there, here * 3 / 4) << hosts.dump();
+}
+

@@ -56,6 +56,28 @@ TEST(ExpertBalance, AHostTwiceAsSlowGetsAThirdOfTheSlots) {
     EXPECT_EQ(m[1], 3);
 }
 
+TEST(ExpertBalance, AWorkerReplacedByAnotherProcessIsMeasuredAfresh) {
+    // a worker restarted at its endpoint may be another machine: the old process's speed says
+    // nothing of it (a moving average would mix the two for ~10 calls)
+    ExpertBalancer b(2);
+    EXPECT_FALSE(b.bind_instance(1, 0xa)) << "the first process: nothing to forget";
+    b.observe_compute(0, CallSize::small, 8, 1.0);  // 0.125 ms per slot
+    b.observe_compute(1, CallSize::small, 8, 4.0);  // 0.5 ms per slot
+    const auto g = decode_call(10, {0, 1});
+    EXPECT_EQ(slots_per_host(g, b.assign(g, CallSize::small))[1], 2) << "the slow process gets a fifth";
+    EXPECT_FALSE(b.bind_instance(1, 0)) << "unknown (no reply header): the binding stays";
+    EXPECT_FALSE(b.bind_instance(1, 0xa));
+    EXPECT_EQ(b.speed(1).samples[0], 1u);
+    EXPECT_TRUE(b.bind_instance(1, 0xb));
+    EXPECT_EQ(b.speed(1).samples[0], 0u);
+    EXPECT_EQ(b.speed(1).ms_per_slot[0], 0.0);
+    EXPECT_EQ(slots_per_host(g, b.assign(g, CallSize::small))[1], 5) << "unmeasured: as fast as this host";
+    const nlohmann::json j = b.to_json({"here", "w"});
+    EXPECT_EQ(j["hosts"][1]["instance"], "000000000000000b") << j.dump();
+    EXPECT_EQ(j["hosts"][1]["instances_replaced"], 1) << j.dump();
+    EXPECT_TRUE(j["hosts"][0]["instance"].is_null()) << j.dump();
+}
+
 TEST(ExpertBalance, AWorkersOverheadIsCountedOnceForItsPart) {
     ExpertBalancer b(2);
     b.observe_compute(0, CallSize::small, 1, 0.5);

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace moezip_test {
@@ -43,5 +44,16 @@ std::string write_moezip_config(const std::string & dir, const std::string & nam
 /// Runs argv with LD_PRELOAD = the preload and MOEZIP_CONFIG = config (plus `env`).
 CommandResult run_preloaded(const std::vector<std::string> & argv, const std::string & config,
                             std::map<std::string, std::string> env = {}, int timeout_s = 300);
+
+/// The argv of moezip-test-host `scenario` (tests/hosts/scenario_host.cpp) on `models`, writing its
+/// runs' tokens and logits hashes to `json_out`, plus `extra` flags.
+std::vector<std::string> test_host(const std::string & scenario, const std::vector<std::string> & models, const std::string & json_out,
+                                   const std::vector<std::string> & extra = {});
+
+/// Starts the pause scenario host on `model` under the preload (config `cfg`) on a thread, its
+/// result into `host`, and returns once it paused at `pause` (P.ready; at most 60 s): the caller
+/// changes something (a worker restarted, a file rewritten), writes P.go, and joins.
+std::thread start_paused_host(CommandResult & host, const std::string & model, const std::string & json_out, const std::string & pause,
+                              const std::string & cfg);
 
 } // namespace moezip_test

@@ -63,28 +63,6 @@ bool errors_mention(const json & report, const std::string & text) {
     return false;
 }
 
-std::vector<std::string> test_host(const std::string & scenario, const std::vector<std::string> & models, const std::string & json_out,
-                                   const std::vector<std::string> & extra = {}) {
-    std::vector<std::string> argv = {bin_path("moezip-test-host"), scenario};
-    for (const std::string & m : models) { argv.push_back("-m"); argv.push_back(m); }
-    argv.push_back("--json");
-    argv.push_back(json_out);
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
-}
-
-// Starts the pause scenario host on `model` under the preload (config `cfg`) on a thread, its
-// result into `host`, and returns once it paused at `pause` (P.ready; at most 60 s): the caller
-// changes something, writes P.go, and joins.
-std::thread start_paused_host(CommandResult & host, const std::string & model, const std::string & json_out, const std::string & pause,
-                              const std::string & cfg) {
-    std::thread t([&host, model, json_out, pause, cfg]() {
-        host = run_preloaded(test_host("pause", {model}, json_out, {"--pause-file", pause}), cfg);
-    });
-    for (int i = 0; i < 6000 && !std::ifstream(pause + ".ready"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return t;
-}
-
 // ---- A1: a model replaced in one process ------------------------------------------------------
 
 struct SwapCase {
