@@ -182,8 +182,11 @@ double stated_cores(const nlohmann::json & identity) {
     if (!cpu.is_object() || !cpu["cores"].is_number()) return 0;
     const double c = cpu["cores"].get<double>();
     if (!(c > 0 && c <= kMaxStatedCores)) return 0;  // a hostile value is no capacity, not a share
-    for (const char * bound : {"threads", "affinity_cpus"})  // a breaker's worker stated 1e6 cores beside 1 thread
-        if (cpu[bound].is_number() && cpu[bound].get<double>() > 0 && c > cpu[bound].get<double>()) return 0;
+    // a worker states min(threads, affinity CPUs, quota): both counts must be there and bound it (a
+    // breaker's worker stated 1e6 cores beside 1 thread; another left the counts out and said 1024)
+    for (const char * bound : {"threads", "affinity_cpus"})
+        if (!cpu[bound].is_number() || !(cpu[bound].get<double>() > 0) || c > cpu[bound].get<double>()) return 0;
+    if (cpu["quota_cores"].is_number() && c > cpu["quota_cores"].get<double>()) return 0;
     return c;
 }
 

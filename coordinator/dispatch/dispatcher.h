@@ -49,9 +49,10 @@ struct EngineIdentity {
 };
 
 /// The cores a worker's hello_ok identity states it may use (`cpu.cores`, docs/protocol.md), as a
-/// first guess of its speed: 0 (unknown) unless a number in (0, kMaxStatedCores] and no more than
-/// the threads and affinity CPUs it states beside it (a worker states min(threads, affinity CPUs,
-/// quota), coordinator/base/cpu_capacity.h: more is not a state it can be in). A worker may still
+/// first guess of its speed: 0 (unknown) unless a number in (0, kMaxStatedCores], stated beside
+/// positive threads and affinity CPUs, and no more than those nor than a quota stated beside it (a
+/// worker states min(threads, affinity CPUs, quota), coordinator/base/cpu_capacity.h: more is not a
+/// state it can be in, and a statement without them is not one a worker makes). A worker may still
 /// overstate within those bounds: that costs speed, never results, and the calls' measures correct
 /// it once the saving pays for a repack (coordinator/balance/slice_change_gate.h).
 double stated_cores(const nlohmann::json & identity);

@@ -102,7 +102,11 @@ TEST(StatedCores, OnlyAStatementAWorkerCanBeInCounts) {
     auto cores = [](const char * cpu) { return moezip::stated_cores(nlohmann::json::parse(std::string(R"({"cpu":)") + cpu + "}")); };
     EXPECT_DOUBLE_EQ(cores(R"({"threads":1,"affinity_cpus":2,"quota_cores":0.4,"cores":0.4})"), 0.4);
     EXPECT_DOUBLE_EQ(cores(R"({"threads":4,"affinity_cpus":8,"quota_cores":null,"cores":4})"), 4.0);
-    EXPECT_DOUBLE_EQ(cores(R"({"cores":2})"), 2.0) << "without bounds beside it";
+    EXPECT_EQ(cores(R"({"cores":2})"), 0.0) << "without the counts a worker states beside it";
+    EXPECT_EQ(cores(R"({"threads":-1,"affinity_cpus":0,"cores":1023.99})"), 0.0) << "counts that bound nothing (breaker)";
+    EXPECT_EQ(cores(R"({"threads":4,"cores":2})"), 0.0) << "no affinity CPUs";
+    EXPECT_EQ(cores(R"({"threads":4,"affinity_cpus":4,"quota_cores":0.5,"cores":2})"), 0.0) << "more than its quota";
+    EXPECT_EQ(cores(R"({"threads":1,"affinity_cpus":1,"cores":5e-324})"), 5e-324) << "tiny but a state it can be in";
     EXPECT_EQ(cores(R"({"threads":1,"affinity_cpus":2,"quota_cores":null,"cores":1000000})"), 0.0) << "more than its threads";
     EXPECT_EQ(cores(R"({"threads":8,"affinity_cpus":2,"cores":4})"), 0.0) << "more than its CPUs";
     EXPECT_EQ(cores(R"({"threads":1e6,"affinity_cpus":1e6,"cores":1e6})"), 0.0) << "beyond kMaxStatedCores";
