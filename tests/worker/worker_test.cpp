@@ -793,6 +793,37 @@ TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
     }
 }
 
+TEST(WorkerShard, HellosAloneNeverPushOutTheCopiesARequestUses) {
+    // A breaker's 600 connections said hello with random shard plans and never computed: the slices
+    // packed ahead for them pushed the computing coordinators' copies out of the layer's places
+    // (WorkerSlices::kPerLayer = 4), and their next requests packed again inside the request.
+    const std::string dir = test_dir("worker_shard_hello_only");
+    WorkerProcess a;
+    ASSERT_TRUE(a.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/a.sock"}, dir)) << a.error();
+    // two coordinators with a prefill and a decode slice each: four slices of n_ff 512 in use per layer
+    WorkerClient p(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.25,0.25,0.5],"slice":1,"decode_shares":[0.5,0.25,0.25]})");
+    WorkerClient q(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0,0.125,0.875],"slice":1,"decode_shares":[0.125,0.125,0.75]})");
+    const std::vector<std::pair<WorkerClient *, std::pair<int32_t, int32_t>>> in_use = {
+        {&p, {128, 128}}, {&p, {256, 128}}, {&q, {0, 64}}, {&q, {64, 64}}};
+    auto compute_all = [&]() {
+        for (int layer : {0, 1})
+            for (const auto & [client, slice] : in_use) {
+                const ComputeRequest r = shard_request(layer, 5);
+                const WorkerReply rep = ask(*client, shard_frames(r, a.instance(), slice.first, slice.second));
+                ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << "layer " << layer << " [" << slice.first << ", +" << slice.second << "): " << rep.text();
+            }
+    };
+    compute_all();
+    // a peer that only says hello, with a fifth slice
+    WorkerClient idle(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.75,0.25,0],"slice":1})");  // [384, 512)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle: the queue is packed
+    compute_all();
+    ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
+    const std::string text = a.stderr_text();
+    EXPECT_NE(text.find("(2 not packed ahead: no place but slices in use)"), std::string::npos) << text;
+    EXPECT_EQ(text.find("copies dropped for other slices"), std::string::npos) << "no copy a request used was dropped: " << text;
+}
+
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
     // Once the originals are given back, new slices and whole requests read the file: if it changed
     // since load, its bytes are not the ones hello_ok's digests named. Refused, by name. A worker

@@ -75,19 +75,25 @@ std::map<WorkerSlices::Key, std::unique_ptr<WorkerSlices::Copy>>::const_iterator
     return best;
 }
 
-Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out) {
+Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out, Use use) {
     out = nullptr;
     const Key key{l.il, {first, count}};
     auto holding = holder(l.il, first, count);  // the exact copy, or the smallest that holds the slice
     auto it = holding == copies_.end() ? copies_.end() : copies_.find(holding->first);
     if (it == copies_.end()) {
-        // the least recently used slice of this layer goes first (before the new copy is made)
+        // the least recently used slice of this layer goes first (before the new copy is made); one
+        // packed ahead only replaces a slice no request used
         int held = 0;
         auto oldest = copies_.end();
         for (auto j = copies_.begin(); j != copies_.end(); ++j) {
             if (j->first.first != l.il) continue;
             ++held;
+            if (use == Use::ahead && j->second->requested) continue;
             if (oldest == copies_.end() || j->second->last_use < oldest->second->last_use) oldest = j;
+        }
+        if (held >= kPerLayer && oldest == copies_.end()) {
+            ++ahead_skipped_;
+            return Status::ok();
         }
         if (held >= kPerLayer) {
             if (evicted_++ == 0)
@@ -103,6 +109,7 @@ Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bo
         max_bytes_ = std::max(max_bytes_, bytes());
     }
     it->second->last_use = ++clock_;
+    if (use == Use::request) it->second->requested = true;
     out = &it->second->packed;
     return Status::ok();
 }

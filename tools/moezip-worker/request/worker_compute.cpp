@@ -194,12 +194,13 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
 // restored; the re-hash found it unchanged and the tampered copy was served). Such a copy is
 // dropped, and the request fails. (A default worker copies from its checked originals, or from the
 // file through read_file, which checks its own read.)
-Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out) {
+Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out,
+                                   WorkerSlices::Use use) {
     const bool had = slices_.holds(l.il, first, count);
-    Status st = slices_.get(l, first, count, residency_.originals_held(l), out);
+    Status st = slices_.get(l, first, count, residency_.originals_held(l), out, use);
     // originals in anonymous memory were checked at load, and a copy read from the file checked its
     // read (WorkerModel::read_file): only the mapping is read as the file is now
-    if (!st || had || !model_.mapped()) return st;
+    if (!st || had || out == nullptr || !model_.mapped()) return st;
     if (model_.file_stamp_moved()) {
         slices_.drop(l.il, first, count);
         out = nullptr;
@@ -255,7 +256,8 @@ bool WorkerCompute::pack_one_queued() {
         const WorkerLayer * l = model_.layer(q.il);
         if (l == nullptr || slices_.holds(q.il, q.first, q.count)) continue;
         const WorkerSlices::Packed * p = nullptr;
-        Status st = pack_checked(*l, q.first, q.count, p);
+        Status st = pack_checked(*l, q.first, q.count, p, WorkerSlices::Use::ahead);
+        if (st && p == nullptr) continue;  // every place of the layer holds a slice a request used: not ahead of it
         if (!st) {
             // said once: the rest would fail alike (a changed file, no memory); requests pack or say why
             LOG_WARN("packing slices ahead of their requests stopped at layer %d: %s", q.il, st.message().c_str());

@@ -195,6 +195,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     }
     c_.shard_packed_max = compute_.slices().max_bytes();
     c_.shard_evicted = compute_.slices().evicted();
+    c_.shard_ahead_skipped = compute_.slices().ahead_skipped();
     c_.unsliced_released = compute_.residency().released_bytes();
     c_.unsliced_reread = compute_.residency().reread_bytes();
     if (st) {
@@ -275,7 +276,11 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
 }
 
 bool Server::pack_ahead() {
-    if (!compute_.pack_one_queued()) {
+    const bool packed = compute_.pack_one_queued();
+    c_.shard_packed_max = compute_.slices().max_bytes();
+    c_.shard_evicted = compute_.slices().evicted();
+    c_.shard_ahead_skipped = compute_.slices().ahead_skipped();  // counted by passing over, too
+    if (!packed) {
         if (packing_)
             LOG_INFO("%d shard slices packed ahead of their requests, between requests, over %.0f ms", packed_ahead_,
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - packing_since_).count());
@@ -283,8 +288,6 @@ bool Server::pack_ahead() {
         return false;
     }
     ++packed_ahead_;
-    c_.shard_packed_max = compute_.slices().max_bytes();
-    c_.shard_evicted = compute_.slices().evicted();
     return true;
 }
 
@@ -470,7 +473,9 @@ std::string worker_counters_text(const WorkerCounters & c) {
            (c.parts_dropped ? ", parts dropped " + std::to_string(c.parts_dropped) : "") +
            (c.trims ? ", buffers released " + std::to_string(c.trims) : "") +
            (c.shard_packed_max ? ", shard slices packed " + std::to_string(c.shard_packed_max) + " bytes at most" +
-                                     (c.shard_evicted ? " (" + std::to_string(c.shard_evicted) + " copies dropped for other slices)" : "")
+                                     (c.shard_evicted ? " (" + std::to_string(c.shard_evicted) + " copies dropped for other slices)" : "") +
+                                     (c.shard_ahead_skipped ? " (" + std::to_string(c.shard_ahead_skipped) +
+                                                                  " not packed ahead: no place but slices in use)" : "")
                                : "") +
            (c.unsliced_released ? ", originals given back " + std::to_string(c.unsliced_released) + " bytes (read again " +
                                       std::to_string(c.unsliced_reread) + ")"

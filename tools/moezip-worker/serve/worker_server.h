@@ -41,6 +41,7 @@ struct WorkerCounters {
     uint64_t plans_evicted_active = 0;    ///< ... connections that had computed
     uint64_t shard_packed_max = 0;        ///< shard mode: most bytes of packed slice copies held at once (model/worker_slices.h)
     uint64_t shard_evicted = 0;           ///< ... copies dropped to make room for another slice of their layer
+    uint64_t shard_ahead_skipped = 0;     ///< ... slices not packed ahead: their layer's places held slices requests used
     uint64_t unsliced_released = 0;       ///< shard mode: bytes of the originals given back (model/slice_residency.h)
     uint64_t unsliced_reread = 0;         ///< ... and bytes read again from the file for requests that needed them
     AuthCounters auth;                    ///< handshakes and connections (worker_auth.h)
