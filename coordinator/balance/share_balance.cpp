@@ -149,11 +149,11 @@ bool give_unit_from_largest(std::vector<int64_t> & counts, size_t h) {
     return true;
 }
 
-void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size) {
+void ShareBalancer::probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size, bool allowed) {
     for (size_t h = 0; h < counts.size(); ++h) {
         uint64_t & idle = idle_calls_[h][(int) size];
         if (counts[h] > 0) { idle = 0; continue; }
-        if (++idle < after || !give_unit_from_largest(counts, h)) continue;
+        if (++idle < after || !allowed || !give_unit_from_largest(counts, h)) continue;
         ++probes_[h];
         idle = 0;
     }

@@ -80,9 +80,10 @@ public:
     /// A unit's cost is taken at scale = the call's rows (shard mode's units: n_ff blocks of every row).
     std::vector<int64_t> best_for_mix(int64_t units, const CallMix & mix, const std::vector<int64_t> & current) const;
     /// A host with no units in `counts` for `after` calls of this in a row gets one unit from the
-    /// largest (counted as a probe), so it is measured again. Counted apart for the splits of
-    /// decode and prefill calls (`size`), which shard mode keeps apart.
-    void probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size = CallSize::large);
+    /// largest (counted as a probe), so it is measured again; while `allowed` is false (shard mode:
+    /// SliceChangeGate::probe_affordable) its idle calls are still counted but nothing is given.
+    /// Counted apart for the splits of decode and prefill calls (`size`), which shard mode keeps apart.
+    void probe_idle(std::vector<int64_t> & counts, uint64_t after, CallSize size = CallSize::large, bool allowed = true);
     /// Host h may keep `cores` cores busy (0: unknown). Used only for prefill calls, and only while
     /// h is unmeasured in them and every host's cores are known (per_unit); a quota caps sustained
     /// work, while a decode call is a burst that runs at full speed within a period's budget.

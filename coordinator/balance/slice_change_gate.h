@@ -54,6 +54,14 @@ public:
     bool chosen(CallSize size) const { return chosen_[(int) size]; }
     /// The split of `size` calls changed: their next call of each layer pays the repack (observe_call).
     void changed(CallSize size);
+    /// Whether a probe (a host left without a slice given one block to be measured again: a change
+    /// of the split, with its repacks, that no saving pays for) may be taken `ms_since_change` after
+    /// the split last changed: once that is kProbeCostRatio times a change's price, so probes'
+    /// repacks take at most about a tenth of the time. Unpriced (before the first packs ended): yes.
+    /// A breaker's run flipped a worker's decode slice off and on every 192 calls (paid, probe,
+    /// paid, ...), a repack each time on both sides.
+    bool probe_affordable(double ms_since_change) const { return cost_ms_ < 0 || ms_since_change >= kProbeCostRatio * cost_ms_; }
+    static constexpr double kProbeCostRatio = 10;
     /// A call of layer `il` and `size` just ended: its wall time, the split's expected time for it,
     /// and the least its repacks can have cost (repack_floor_ms), ms. The first call of each layer of
     /// the run counts whole (the first packs), whatever its size; after a change of the split of

@@ -177,6 +177,7 @@ private:
     uint64_t calls_auto_ = 0, slice_changes_ = 0;
     bool prefill_seeded_ = false;  // seed_prefill_split chose the first prefill split
     uint64_t calls_since_check_[2] = {0, 0};  // by CallSize
+    std::chrono::steady_clock::time_point split_since_[2];  // by CallSize: the split's first call or last change (probes' budget)
     SliceChangeGate change_gate_;  // a better split is taken once it pays for the repack a change costs
     DownSliceCopies down_copies_{disp_.api()};  // per plan: this host's down columns, packed
     std::map<uint64_t, const ggml_tensor *> downs_;  // per plan seen since the last check (local_share = "auto"): its down weights

@@ -270,6 +270,7 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
     mix_.add(n_rows);
     ++calls_since_check_[(int) call_size(n_rows)];
     if (++calls_auto_ == 1) {
+        split_since_[0] = split_since_[1] = std::chrono::steady_clock::now();
         std::vector<int64_t> first;
         for (const RowBlock & b : split_ff(n_blocks, 1, disp_.shard_shares())) first.push_back(b.count);
         // the calibration calls' slices: even, or seed_prefill_split's for prefill calls (then said
@@ -306,12 +307,14 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
             next = cur;
         if (calls_since_check_[sc] > 0) {
             const std::vector<int64_t> unprobed = next;
-            share_bal_.probe_idle(next, kShardProbeAdjustments, size);
+            const double ms_since_change = ms_between(split_since_[sc], std::chrono::steady_clock::now());
+            share_bal_.probe_idle(next, kShardProbeAdjustments, size, next != cur || change_gate_.probe_affordable(ms_since_change));
             if (next != unprobed) why = "probe";
         }
         calls_since_check_[sc] = 0;
         if (next == cur) continue;
         change_gate_.changed(size);
+        split_since_[sc] = std::chrono::steady_clock::now();
         std::vector<double> shares;
         for (int64_t c : next) shares.push_back((double) c / (double) n_blocks);
         const std::vector<double> before = disp_.shard_shares(size);

@@ -95,6 +95,16 @@ TEST(ShareBalance, AnIdleHostIsProbedWithOneUnit) {
     EXPECT_EQ(given, 1);
 }
 
+TEST(ShareBalance, AProbeNotAllowedYetKeepsCountingTheIdleChecks) {
+    moezip::ShareBalancer b(2);
+    std::vector<int64_t> counts = {8, 0};
+    for (int check = 0; check < 5; ++check) b.probe_idle(counts, 4, CallSize::small, /*allowed =*/ false);
+    EXPECT_EQ(counts, (std::vector<int64_t>{8, 0})) << "not allowed: nothing given";
+    b.probe_idle(counts, 4, CallSize::small, true);
+    EXPECT_EQ(counts, (std::vector<int64_t>{7, 1})) << "allowed after idle checks counted meanwhile: given at once";
+    EXPECT_EQ(b.to_json({"here", "w"}, "u")["hosts"][1]["probes"], 1);
+}
+
 // A unit for an idle host never leaves another host idle: with three hosts holding 1, 1, 0 units
 // the third waits (a probe or a seed that emptied a host would stop measuring it instead).
 TEST(ShareBalance, AUnitForAnIdleHostComesFromTheLargestAndNeverEmptiesIt) {

@@ -138,3 +138,14 @@ TEST(SliceChangeGate, APrefillChangeBeingMeasuredDoesNotHoldBackDecodeChanges) {
     for (int check = 0; check < 10; ++check) g.observe_call(kDecode, check % 4, 2.0, 2.0, 0.0);
     EXPECT_TRUE(g.take(kDecode, 3.0, 1.0, 64, false)) << "128 ms of decode regret pays for the 100 ms price";
 }
+
+TEST(SliceChangeGate, AProbeWaitsUntilTenTimesAChangesPriceHasPassed) {
+    // a breaker's run: a worker's decode slice went off (paid), on (probe), off (paid) every 192
+    // calls, a repack on both sides each time, with no saving paying for the probes
+    SliceChangeGate g;
+    EXPECT_TRUE(g.probe_affordable(0.0)) << "no price yet";
+    first_packs(g, 1000.0);  // 4000 ms a change
+    EXPECT_FALSE(g.probe_affordable(39999.0));
+    EXPECT_TRUE(g.probe_affordable(40000.0));
+}
+
