@@ -4,9 +4,9 @@
 // overhead. A worker restarted or replaced at the same endpoint is another process, maybe on another
 // machine, under another CPU quota: what was measured of the one before says nothing of it. Every
 // reply header names the process that answered (`instance`), so each speed sample is bound to an
-// instance, and a sample from a new instance starts that host's estimates afresh (forget(h)) instead
-// of averaging two machines for the next ~10 calls (moving_average.h), which for prefill calls can
-// be many prompts.
+// instance, and a sample from a new instance starts that host's estimates afresh (the balancers'
+// bind_instance) instead of averaging two machines for the next ~10 calls (moving_average.h), which
+// for prefill calls can be many prompts.
 #pragma once
 
 #include "coordinator/base/hex.h"

@@ -299,8 +299,8 @@ double ShardHandler::adjust_slices(int64_t n_blocks, int64_t n_rows) {
         std::vector<int64_t> next = only.calls[sc] > 0 ? share_bal_.best_for_mix(n_blocks, only, cur) : cur;
         // a better split is taken once what the current one lost since the last change pays for the
         // repack a change costs (slice_change_gate.h; the calibration's change is taken at once unless
-        // the split was chosen from the cores); probes below are not gated (rare: only for a host left
-        // without a slice)
+        // the split was chosen from the cores); a probe below rides on a paid change, or waits until
+        // the split went unchanged for ten times a change's price (SliceChangeGate::probe_affordable)
         const char * why = calibration && !change_gate_.chosen(size) ? "calibration" : "paid";
         if (next != cur && !change_gate_.take(size, share_bal_.mix_ms(cur, only) / only.calls[sc],
                                               share_bal_.mix_ms(next, only) / only.calls[sc], calls_since_check_[sc], calibration))

@@ -821,7 +821,40 @@ TEST(WorkerShard, HellosAloneNeverPushOutTheCopiesARequestUses) {
     ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
     const std::string text = a.stderr_text();
     EXPECT_NE(text.find("(2 not packed ahead: no place but slices in use)"), std::string::npos) << text;
-    EXPECT_EQ(text.find("copies dropped for other slices"), std::string::npos) << "no copy a request used was dropped: " << text;
+    EXPECT_EQ(text.find("copies dropped for other slices"), std::string::npos) << "no copy a computing plan names was dropped: " << text;
+}
+
+TEST(WorkerShard, ACoordinatorsNewPlanIsPackedAheadInPlaceOfItsOldSlices) {
+    // Automatic shares say hello with a new plan at every change of a split: its old slice is in no
+    // plan any more, so the new one is packed ahead in its place, not left to the next request.
+    const std::string dir = test_dir("worker_shard_new_plan_ahead");
+    WorkerProcess a;
+    ASSERT_TRUE(a.start({"--model", shard_model(), "--bind", "ipc://" + dir + "/a.sock"}, dir)) << a.error();
+    WorkerClient p(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0.25,0.25,0.5],"slice":1,"decode_shares":[0.5,0.25,0.25]})");
+    WorkerClient q(a.endpoint(), a.instance(), R"({"mode":"shard","shares":[0,0.125,0.875],"slice":1,"decode_shares":[0.125,0.125,0.75]})");
+    auto compute = [&](WorkerClient & c, int32_t first, int32_t count) {
+        for (int layer : {0, 1}) {
+            const WorkerReply rep = ask(c, shard_frames(shard_request(layer, 5), a.instance(), first, count));
+            ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::result) << "layer " << layer << " [" << first << ", +" << count << "): " << rep.text();
+        }
+    };
+    compute(p, 128, 128);
+    compute(p, 256, 128);
+    compute(q, 0, 64);
+    compute(q, 64, 64);  // four slices in use per layer: every place taken
+    // p's decode split moves: [256, 384) -> [384, 512)
+    p.send(simple_frames(MsgKind::hello, 9, hello_json(R"({"mode":"shard","shares":[0.25,0.25,0.5],"slice":1,"decode_shares":[0.75,0.25,0]})")));
+    WorkerReply rep;
+    ASSERT_TRUE(p.recv(rep, 20000));
+    ASSERT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok) << rep.text();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle: the queue is packed
+    compute(p, 384, 128);
+    compute(p, 128, 128);
+    compute(q, 0, 64);
+    ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
+    const std::string text = a.stderr_text();
+    EXPECT_EQ(text.find("not packed ahead"), std::string::npos) << "the new slice took the old one's place: " << text;
+    EXPECT_NE(text.find("(2 copies dropped for other slices)"), std::string::npos) << "p's old decode slice, in both layers: " << text;
 }
 
 TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {

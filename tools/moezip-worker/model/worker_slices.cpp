@@ -75,20 +75,25 @@ std::map<WorkerSlices::Key, std::unique_ptr<WorkerSlices::Copy>>::const_iterator
     return best;
 }
 
-Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out, Use use) {
+Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out, Use use,
+                         const SlicesInUse & in_use) {
     out = nullptr;
     const Key key{l.il, {first, count}};
     auto holding = holder(l.il, first, count);  // the exact copy, or the smallest that holds the slice
     auto it = holding == copies_.end() ? copies_.end() : copies_.find(holding->first);
     if (it == copies_.end()) {
         // the least recently used slice of this layer goes first (before the new copy is made); one
-        // packed ahead only replaces a slice no request used
+        // packed ahead only replaces a copy that serves no computing connection's slice
         int held = 0;
         auto oldest = copies_.end();
         for (auto j = copies_.begin(); j != copies_.end(); ++j) {
             if (j->first.first != l.il) continue;
             ++held;
-            if (use == Use::ahead && j->second->requested) continue;
+            const std::pair<int64_t, int64_t> & range = j->first.second;
+            if (use == Use::ahead && std::any_of(in_use.begin(), in_use.end(), [&](const std::pair<int64_t, int64_t> & s) {
+                    return ff_range_holds(range.first, range.second, s.first, s.second);
+                }))
+                continue;
             if (oldest == copies_.end() || j->second->last_use < oldest->second->last_use) oldest = j;
         }
         if (held >= kPerLayer && oldest == copies_.end()) {
@@ -109,7 +114,6 @@ Status WorkerSlices::get(const WorkerLayer & l, int64_t first, int64_t count, bo
         max_bytes_ = std::max(max_bytes_, bytes());
     }
     it->second->last_use = ++clock_;
-    if (use == Use::request) it->second->requested = true;
     out = &it->second->packed;
     return Status::ok();
 }

@@ -15,8 +15,9 @@
 // least recently used one goes first. More slices in use than that make a copy at every request
 // (a breaker measured 100x slower decode with three coordinators and two kept): counted, and said
 // once in the log. A slice packed ahead of its requests (after a hello, request/worker_compute.h)
-// only takes a free place or one of another slice no request used: hellos alone (600 connections
-// that never computed, a breaker) otherwise pushed out the copies computing coordinators read.
+// only takes a free place or one whose copy holds no slice of a computing connection's plan: hellos
+// alone (600 connections that never computed, a breaker) otherwise pushed out the copies computing
+// coordinators read.
 #pragma once
 
 #include "coordinator/memory/anonymous_memory.h"
@@ -29,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace moezip {
 
@@ -49,16 +51,19 @@ public:
 
     /// Who asks for a slice: a request that computes from it, or the packing ahead after a hello.
     enum class Use { request, ahead };
+    /// Units [first, count) of a layer's n_ff that a computing connection's plan names.
+    using SlicesInUse = std::vector<std::pair<int64_t, int64_t>>;
     /// Copies holding layer l's units [first, first + count): a held copy of that slice or of one
     /// that contains it (the smallest; MoeExecutor reads a view of it: a worker's slices of the
     /// decode and the prefill split end at the same unit, so the larger serves both), else copies of
     /// exactly the slice made now (from the originals when `from_memory`, else from the file). With
     /// kPerLayer held, a request's copy replaces the least recently used one; a copy made `ahead`
-    /// replaces the least recently used that no request used, and when every one was, nothing is
-    /// made (ok, out = null; counted in ahead_skipped). `first` and `count` were checked against
-    /// n_ff and the block size (request_check). Errors: io_error (no memory for the copies, the file
-    /// unreadable or changed since load; nothing is kept then).
-    Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out, Use use = Use::request);
+    /// replaces the least recently used that holds none of `in_use`, and when every one holds some,
+    /// nothing is made (ok, out = null; counted in ahead_skipped). `first` and `count` were checked
+    /// against n_ff and the block size (request_check). Errors: io_error (no memory for the copies,
+    /// the file unreadable or changed since load; nothing is kept then).
+    Status get(const WorkerLayer & l, int64_t first, int64_t count, bool from_memory, const Packed *& out, Use use = Use::request,
+               const SlicesInUse & in_use = {});
     /// True when copies holding that slice are held (of it, or of one that contains it).
     bool holds(int il, int64_t first, int64_t count) const;
     /// Drops the copies of that slice (made while the model file changed: their bytes are not known).
@@ -70,7 +75,7 @@ public:
     uint64_t max_bytes() const { return max_bytes_; }
     /// Copies dropped to make room for another slice of the same layer.
     uint64_t evicted() const { return evicted_; }
-    /// Slices not packed ahead because every place of their layer held one a request used.
+    /// Slices not packed ahead because every place of their layer held a slice in use.
     uint64_t ahead_skipped() const { return ahead_skipped_; }
 
 private:
@@ -79,7 +84,6 @@ private:
         Packed packed;
         Buffer gate, up, down;
         uint64_t last_use = 0;
-        bool requested = false;  // a request computed from it (a copy made ahead may not replace it)
     };
     using Key = std::pair<int, std::pair<int64_t, int64_t>>;  // layer, (first, count)
 

@@ -195,9 +195,9 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
 // dropped, and the request fails. (A default worker copies from its checked originals, or from the
 // file through read_file, which checks its own read.)
 Status WorkerCompute::pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out,
-                                   WorkerSlices::Use use) {
+                                   WorkerSlices::Use use, const WorkerSlices::SlicesInUse & in_use) {
     const bool had = slices_.holds(l.il, first, count);
-    Status st = slices_.get(l, first, count, residency_.originals_held(l), out, use);
+    Status st = slices_.get(l, first, count, residency_.originals_held(l), out, use, in_use);
     // originals in anonymous memory were checked at load, and a copy read from the file checked its
     // read (WorkerModel::read_file): only the mapping is read as the file is now
     if (!st || had || out == nullptr || !model_.mapped()) return st;
@@ -249,15 +249,25 @@ int WorkerCompute::queue_prepack(const WorkerPlan & plan, const std::string & wh
     return queued;
 }
 
-bool WorkerCompute::pack_one_queued() {
+bool WorkerCompute::pack_one_queued(const WorkerPlans & plans) {
     while (!queued_.empty()) {
         const QueuedSlice q = queued_.back();
         queued_.pop_back();
         const WorkerLayer * l = model_.layer(q.il);
-        if (l == nullptr || slices_.holds(q.il, q.first, q.count)) continue;
+        const RequestShape::Layer * s = shape_.layer(q.il);
+        if (l == nullptr || s == nullptr || slices_.holds(q.il, q.first, q.count)) continue;
+        WorkerSlices::SlicesInUse in_use;  // this layer's slices of the connections that computed
+        plans.for_each_computing([&](const WorkerPlan & plan) {
+            if (plan.mode != WorkerPlan::Mode::shard) return;
+            int64_t first = 0, count = 0;
+            worker_plan_ff_range(plan, s->n_ff, s->ff_block, first, count);
+            if (count > 0) in_use.push_back({first, count});
+            worker_plan_decode_ff_range(plan, s->n_ff, s->ff_block, first, count);
+            if (count > 0) in_use.push_back({first, count});
+        });
         const WorkerSlices::Packed * p = nullptr;
-        Status st = pack_checked(*l, q.first, q.count, p, WorkerSlices::Use::ahead);
-        if (st && p == nullptr) continue;  // every place of the layer holds a slice a request used: not ahead of it
+        Status st = pack_checked(*l, q.first, q.count, p, WorkerSlices::Use::ahead, in_use);
+        if (st && p == nullptr) continue;  // every place of the layer serves a computing connection: left to its request
         if (!st) {
             // said once: the rest would fail alike (a changed file, no memory); requests pack or say why
             LOG_WARN("packing slices ahead of their requests stopped at layer %d: %s", q.il, st.message().c_str());

@@ -85,16 +85,16 @@ public:
     void withdraw_prepack(const std::string & who);
     /// Packs the next queued slice still missing; false when the queue is empty. A failure is left
     /// to the request that needs the slice (it packs again, or says why). A slice whose layer has no
-    /// place but ones requests used is passed over (WorkerSlices::Use::ahead): a hello alone never
-    /// pushes out a copy a computing connection reads.
-    bool pack_one_queued();
+    /// place but copies serving the plans of connections that computed (`plans`) is passed over
+    /// (WorkerSlices::Use::ahead): a hello alone never pushes out a copy a computing connection reads.
+    bool pack_one_queued(const WorkerPlans & plans);
     bool packs_queued() const { return !queued_.empty(); }
 
 private:
     /// slices_.get, and with --mmap a copy just made is dropped (io_error) when the model file's
     /// stamp moved meanwhile (WorkerModel::file_stamp_moved).
     Status pack_checked(const WorkerLayer & l, int64_t first, int64_t count, const WorkerSlices::Packed *& out,
-                        WorkerSlices::Use use = WorkerSlices::Use::request);
+                        WorkerSlices::Use use = WorkerSlices::Use::request, const WorkerSlices::SlicesInUse & in_use = {});
     const void * aligned(const void * p, size_t bytes, std::vector<uint8_t> & copy);
     Status compute_pairs(const ExpertWeights & w, const MsgHeader & h, const float * hidden, const int32_t * ids,
                          const float * weights, int64_t n_pairs, float * slots);

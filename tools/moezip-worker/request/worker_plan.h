@@ -81,6 +81,11 @@ public:
     const WorkerPlan * find(const std::string & peer);
     /// Forgets the plan of `peer` (a hello whose plan was refused leaves the connection without one).
     void erase(const std::string & peer);
+    /// Calls f with the plan of every connection that has computed (its slices are in use).
+    template <typename F> void for_each_computing(F f) const {
+        for (const Entry & e : plans_)
+            if (e.computed) f(e.plan);
+    }
     size_t size() const { return plans_.size(); }
     /// Plans forgotten because the table was full: of hello-only connections, of computing ones.
     uint64_t evicted_idle() const { return evicted_idle_; }

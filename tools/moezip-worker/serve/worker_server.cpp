@@ -276,7 +276,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
 }
 
 bool Server::pack_ahead() {
-    const bool packed = compute_.pack_one_queued();
+    const bool packed = compute_.pack_one_queued(plans_);
     c_.shard_packed_max = compute_.slices().max_bytes();
     c_.shard_evicted = compute_.slices().evicted();
     c_.shard_ahead_skipped = compute_.slices().ahead_skipped();  // counted by passing over, too
