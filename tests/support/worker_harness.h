@@ -1,4 +1,4 @@
-// moezip tests: running moezip-worker as a child process and talking to it (tests/worker/worker_test.cpp),
+// moezip tests: running moezip-worker as a child process and talking to it (tests/worker/),
 // plus an in-process reference of the expert computation on weights read from the GGUF file.
 #pragma once
 
