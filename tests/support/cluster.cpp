@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace moezip_test {
@@ -49,6 +50,24 @@ CommandResult run_preloaded(const std::vector<std::string> & argv, const std::st
     env["LD_PRELOAD"] = preload_env();
     env["MOEZIP_CONFIG"] = config;
     return run_command(argv, env, timeout_s);
+}
+
+bool errors_mention(const nlohmann::json & report, const std::string & text) {
+    for (const auto & e : report["errors"]["first"])
+        if (e.get<std::string>().find(text) != std::string::npos) return true;
+    return false;
+}
+
+nlohmann::json host_runs(const std::string & path) { return load_json(path)["runs"]; }
+
+std::string worker_lines(const Cluster & c, const std::vector<std::string> & experts, const std::vector<std::string> & shares, size_t first) {
+    std::string s;
+    for (size_t i = 0; i < std::max(experts.size(), shares.size()); ++i) {
+        s += "[[worker]]\nendpoint = \"" + c.workers[first + i]->endpoint() + "\"\n";
+        if (i < experts.size() && !experts[i].empty()) s += "experts = \"" + experts[i] + "\"\n";
+        if (i < shares.size()) s += "share = " + shares[i] + "\n";
+    }
+    return s;
 }
 
 std::vector<std::string> test_host(const std::string & scenario, const std::vector<std::string> & models, const std::string & json_out,

@@ -1,5 +1,5 @@
 // moezip tests: a set of moezip-worker processes and a host run under the preload, shared by the
-// distributed tests (modes, faults, identity, exit).
+// distributed tests (modes, faults, identity, exit), and what they read back (reports, host runs).
 #pragma once
 
 #include "tests/support/test_support.h"
@@ -25,6 +25,12 @@ uint64_t sum_layers(const nlohmann::json & report, const char * key);
 /// the label is absent.
 uint64_t worker_counter(const std::string & text, const std::string & label);
 
+/// True when one of the report's first errors (`errors.first`) contains `text`.
+bool errors_mention(const nlohmann::json & report, const std::string & text);
+
+/// The runs of a moezip-test-host --json file (`runs`: per run its tokens and logits hashes).
+nlohmann::json host_runs(const std::string & path);
+
 /// Workers of one test, stopped (SIGKILL) when the cluster goes out of scope.
 struct Cluster {
     std::string dir;
@@ -36,6 +42,11 @@ struct Cluster {
     bool start_worker(const std::string & model, const std::string & endpoint, const std::string & experts,
                       const std::map<std::string, std::string> & env = {}, const std::vector<std::string> & extra_args = {});
 };
+
+/// [[worker]] tables for workers first, first+1, ... of the cluster: experts mode gives each its
+/// experts (`experts[i]`, "" for none), rows and shard modes their shares (`shares[i]`, TOML text).
+std::string worker_lines(const Cluster & c, const std::vector<std::string> & experts, const std::vector<std::string> & shares = {},
+                         size_t first = 0);
 
 /// Writes <dir>/<name>.toml: `no_repack = true`, `report = "<dir>/<name>.json"`, then `body`.
 /// Returns its path.

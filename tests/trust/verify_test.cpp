@@ -26,12 +26,6 @@ std::string worker(const Cluster & c, size_t i, const std::string & key, const s
     return "[[worker]]\nendpoint = \"" + c.workers[i]->endpoint() + "\"\n" + key + " = " + value + "\n";
 }
 
-bool errors_mention(const json & report, const std::string & text) {
-    for (const auto & e : report["errors"]["first"])
-        if (e.get<std::string>().find(text) != std::string::npos) return true;
-    return false;
-}
-
 } // namespace
 
 TEST(Verify, ATamperingWorkerIsCaughtWithinNResultsAndTheOutputEqualsTheSingleNodeRun) {
