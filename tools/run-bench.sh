@@ -92,6 +92,10 @@
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
 #   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached, ~10 min);
 #                       0: skip them. BENCH_LLAMA_BUILD: a llama.cpp CMake build folder with -DGGML_RPC=ON instead
+#   BENCH_CEILING       1 (default): per model with an experts variant, tools/moezip-ceiling measures what any
+#                       ZeroMQ dispatch of a decode call's slots reaches on this machine (its slot time and MoE
+#                       share from local's decode phase run), into $BUILD/bench/ceiling/MODEL.json; 0 skips it.
+#                       BENCH_CEILING_ROUNDS: its rounds (default 100, about 30 s)
 #   BENCH_NO_REPACK     auto (default): no_repack (and --no-repack) only where the weights need it (q4_K
 #                       experts, which the engine repacks); 1: everywhere; 0: nowhere
 #   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
@@ -144,6 +148,8 @@ PLAN_SHARE=${BENCH_PLAN_SHARE:-0.625}
 THROTTLE_PCT=${BENCH_THROTTLE:-40}
 THROTTLE_PERIOD_US=${BENCH_THROTTLE_PERIOD_US:-100000}
 RPC=${BENCH_RPC:-1}
+CEILING=${BENCH_CEILING:-1}
+CEILING_ROUNDS=${BENCH_CEILING_ROUNDS:-100}
 NO_REPACK=${BENCH_NO_REPACK:-auto}
 TRACE_MAX=${BENCH_TRACE_MAX:-200000}
 RESOLVE_MIN=${BENCH_RESOLVE_MIN:-$([ "$QUICK" = 1 ] && echo 0 || echo 30)}
@@ -180,10 +186,12 @@ case "$PAGE_CACHE" in kernel|huge|small|asis) ;; *) die "BENCH_PAGE_CACHE must b
     die "BENCH_THROTTLE must be a whole percentage 1..99, got '$THROTTLE_PCT'"
 [[ "$THROTTLE_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$THROTTLE_PERIOD_US" -ge 1000 ] && [ "$THROTTLE_PERIOD_US" -le 1000000 ] ||
     die "BENCH_THROTTLE_PERIOD_US must be 1000..1000000, got '$THROTTLE_PERIOD_US'"
+case "$CEILING" in 0|1) ;; *) die "BENCH_CEILING must be 0 or 1, got '$CEILING'";; esac
+[[ "$CEILING_ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CEILING_ROUNDS must be a positive integer, got '$CEILING_ROUNDS'"
 [[ "$REPACK_REPS" =~ ^[0-9]+$ ]] || die "BENCH_REPACK_REPS must be a whole number, got '$REPACK_REPS'"
 awk -v f="$PLAN_SHARE" 'BEGIN { exit !(f + 0 > 0 && f + 0 <= 1) }' || die "BENCH_PLAN_SHARE must be in (0, 1], got '$PLAN_SHARE'"
 for n in "$N_PREFILL" "$N_UBATCH" "$N_DECODE"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PREFILL/UBATCH/DECODE must be positive integers, got '$n'"; done
-for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle" "$BIN/moezip-pagecache"; do
+for f in "$PRELOAD" "$BIN/moezip-run" "$BIN/moezip-worker" "$BIN/moezip-fixture" "$BIN/moezip-upcycle" "$BIN/moezip-pagecache" "$BIN/moezip-ceiling"; do
     [ -e "$f" ] || die "$f is missing (run make, or make BUILD=$BUILD build-all)"
 done
 command -v node >/dev/null || die "node is not installed (make deps installs nodejs)"
@@ -232,7 +240,7 @@ if [ ! -f "$KEYS/worker/moezip.key" ] || [ ! -f "$KEYS/coordinator/moezip.key" ]
 fi
 exec 9> "$OUT/.lock"
 flock -n 9 || die "another bench is running (lock $OUT/.lock)"
-rm -rf "$RUNS" "$OUT/traces"   # a trace of an earlier bench must not pass for this one's
+rm -rf "$RUNS" "$OUT/traces" "$OUT/ceiling"   # a trace or ceiling of an earlier bench must not pass for this one's
 mkdir -p "$RUNS"
 
 # ---- cleanup: every process this script started (by pid) and the namespaces, on any exit ----
@@ -736,6 +744,19 @@ for m in $MODELS; do
         run_one "$m" experts1_plan lo h0 prefill 0
         run_one "$m" experts1_plan lo h0 decode 0 ;;
     esac
+    # What any dispatch of a decode call's slots over ZeroMQ reaches here (tools/moezip-ceiling), with this
+    # model's slot time and MoE share from local's decode phase run: the ceiling the experts targets are
+    # read against beside the Amdahl bound. Pinned as placement h0.
+    if [ "$CEILING" = 1 ] && [ "$PIN" = 1 ]; then
+        case " $variants " in *" experts1 "*|*" experts1_repl "*|*" experts1_plan "*)
+            cargs=$(node "$ROOT/tools/bench/ceiling-args.js" "$OUT" "$m") || die "tools/bench/ceiling-args.js failed for $m (see above)"
+            say "$m: the dispatch ceiling on this machine ($cargs)"
+            mkdir -p "$OUT/ceiling"
+            # shellcheck disable=SC2086  # cargs is a list of flags
+            "$BIN/moezip-ceiling" $cargs --rounds "$CEILING_ROUNDS" --host-cpu 0 --worker-cpu 1 --out "$OUT/ceiling/$m.json" ||
+                die "moezip-ceiling failed for $m" ;;
+        esac
+    fi
 
     say "$m: ${#combos[@]} pairs per repetition x $REPS (each a variant and its reference, side by side)"
     for ((rep = 1; rep <= REPS; rep++)); do

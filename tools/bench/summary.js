@@ -14,6 +14,7 @@ const { phase_record } = require("./phase.js");
 const { pair_ratios, run_stalled, REFERENCE_OF, ratio_of_medians_ci } = require("./pairs.js");
 const { amdahl_rows, target_rows } = require("./targets.js");
 const { floor_rows } = require("./floor.js");
+const { load_ceilings, ceiling_rows } = require("./ceiling.js");
 const { projection_rows, ASSUMPTIONS } = require("./projection.js");
 const tables = require("./tables.js");
 
@@ -230,7 +231,9 @@ function main() {
     const phases = phase_records(runs);
     const amdahl = amdahl_rows(groups, phases);
     const memory = memory_rows(groups);
-    const floor = floor_rows(phases);
+    const ceilings = load_ceilings(OUT);
+    const floor = floor_rows(phases, ceilings);
+    const ceiling = { runs: Object.fromEntries(ceilings), rows: ceiling_rows(ceilings, amdahl) };
     const targets = target_rows(groups, phases, amdahl);
     const failed = runs.filter((r) => r.rc !== 0).map((r) => r.id);
     const bench = {
@@ -248,7 +251,7 @@ function main() {
             .filter(Boolean),
         page_cache: page_cache_rows(runs),
         failed_runs: failed,
-        groups, phases, amdahl, floor, memory, targets,
+        groups, phases, amdahl, ceiling, floor, memory, targets,
         projection: { rows: projection_rows(groups), assumptions: ASSUMPTIONS },
         traces: list_traces(),
     };

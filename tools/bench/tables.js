@@ -107,11 +107,21 @@ function amdahl_table(amdahl) {
                   "bound from one node with the same memory (local_copy speed x MoE share)", "of it [95%]"], rows);
 }
 
+function ceiling_table(c) {
+    const rows = c.rows.map((r) => [
+        r.model, r.variant, r.placement === "h0" ? "0" : "1", pct(r.moe_share_ceiling), fmt(r.slot_ms, 3), fmt(r.rtt16_ms, 3),
+        `${pct(r.ceiling_whole_of_bound)} (${r.ceiling_whole_host_slots} here)`, `${pct(r.ceiling_any_of_bound)} (${r.ceiling_any_host_slots} here)`,
+        pct(r.measured_of_bound),
+        r.of_ceiling_ci95 ? `${pct(r.of_ceiling_ci95.point)} [${pct(r.of_ceiling_ci95.lo)}, ${pct(r.of_ceiling_ci95.hi)}]` : pct(r.of_ceiling)]);
+    return table(["model", "variant", "coord. core", "MoE share", "slot ms", "16 B round trip ms",
+                  "ceiling of the bound, whole slots", "ceiling, any split", "measured of the bound", "measured of the whole-slot ceiling [95%]"], rows);
+}
+
 function floor_table(floor) {
     const rows = [...floor].sort(order).map((f) => [
-        f.model, f.variant, f.phase, fmt(f.busier_direction_per_token_layer, 0), `${f.round_trips_per_step}`,
+        f.model, f.variant, f.phase, fmt(f.busier_direction_per_token_layer, 0), `${f.round_trips_per_step}`, fmt(f.rtt0_ms, 3),
         fmt(f.floor_ms.lo, 2), fmt(f.floor_ms["10g"], 2), fmt(f.floor_ms["1g"], 2), fmt(f.measured_step_ms, 2)]);
-    return table(["model", "variant", "phase", "busier direction B/token/layer", "round trips per step",
+    return table(["model", "variant", "phase", "busier direction B/token/layer", "round trips per step", "RTT0 ms",
                   "floor ms/step: loopback (round trips only)", "10 Gbit/s", "1 Gbit/s", "measured step ms (loopback)"], rows);
 }
 
@@ -188,7 +198,10 @@ function render(b) {
         wire_table(b.phases),
         "## Amdahl bound (MoE share from the local-mode phase runs; experts1 variants also from local_copy, one node computing from the huge-page copy both of their hosts use)",
         amdahl_table(b.amdahl),
-        "## Physical floor per step (n_moe_layers x 0.107 ms round trip + bytes of the busier direction / TCP payload rate; no overlap)",
+        "## What any dispatch reaches here (tools/moezip-ceiling: a host and one worker exchanging a decode call's messages over ZeroMQ, " +
+        "the experts' compute replaced by spins of the model's slot time; best host share of the slots, as a fraction of the Amdahl bound)",
+        b.ceiling && b.ceiling.rows.length ? ceiling_table(b.ceiling) : "(no ceiling: BENCH_CEILING=0, one CPU, or no experts variant)",
+        "## Physical floor per step (n_moe_layers x RTT0 + bytes of the busier direction / TCP payload rate; no overlap; RTT0 a 16-byte round trip, measured by moezip-ceiling where it ran, else 0.107 ms)",
         floor_table(b.floor),
         "## Memory (median of the timed runs on loopback; peak = ru_maxrss / VmHWM, serving = the preload's largest VmRSS at the end of a graph compute)",
         memory_table(b.memory),

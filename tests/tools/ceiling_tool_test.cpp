@@ -1,0 +1,122 @@
+// moezip-ceiling (tools/moezip-ceiling) and make bench's use of it (tools/bench/ceiling.js,
+// ceiling-args.js, floor.js): the tool runs a host and a worker process and reports every split with
+// the Amdahl bound of its shape; the bench reads a run's flags from a local decode phase run and holds
+// the experts variants to the whole-slot ceiling. Speeds are not asserted here (make bench measures).
+#include "tests/support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sys/stat.h>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+/// Runs a node snippet with the repository's tools/bench on argv[1]; its stdout parsed as JSON.
+json node_json(const std::string & script, const std::string & arg) {
+    CommandResult r = run_command({"node", "-e", script, repo_root() + "/tools/bench", arg}, {}, 60);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json();
+}
+
+} // namespace
+
+TEST(CeilingTool, ReportsEverySplitWithTheBoundOfItsShapeAndStopsItsWorker) {
+    // p = 0.5: one node's step is twice its MoE, the bound 1 / (0.5 + 0.25) (issue 14's formula)
+    auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "0.5", "--layers", "2", "--n-used", "8",
+                                         "--n-embd", "64", "--rounds", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json j = json::parse(r.out);
+    EXPECT_EQ(j["schema"], "moezip-ceiling/1");
+    EXPECT_NEAR(j["amdahl_bound"].get<double>(), 1 / (0.5 + 0.25), 1e-9);
+    EXPECT_NEAR(j["shape"]["non_moe_ms"].get<double>(), 2 * 8 * 0.02, 1e-9);
+    EXPECT_EQ(j["worker_exit"], 0);
+    EXPECT_GT(j["rtt16_ms"].get<double>(), 0);
+    EXPECT_GT(j["one_node_step_ms"].get<double>(), 2 * 2 * 8 * 0.02 * 0.99);  // the spins alone take that long
+    // host shares 2, 2.25, ..., 6 slots of 8, each waited for both ways
+    const json & splits = j["splits"];
+    ASSERT_EQ(splits.size(), 34u);
+    EXPECT_EQ(splits.front()["host_slots"], 2.0);
+    EXPECT_EQ(splits.back()["host_slots"], 6.0);
+    double best = 0, best_whole = 0;
+    for (const json & s : splits) {
+        const double x = s["speedup"];
+        EXPECT_NEAR(s["of_bound"].get<double>(), x / j["amdahl_bound"].get<double>(), 1e-9);
+        best = std::max(best, x);
+        if (s["host_slots"].get<double>() == std::floor(s["host_slots"].get<double>())) best_whole = std::max(best_whole, x);
+    }
+    EXPECT_EQ(j["best"]["speedup"].get<double>(), best);
+    EXPECT_EQ(j["best_whole_slots"]["speedup"].get<double>(), best_whole);
+}
+
+TEST(CeilingTool, AShareOutsideItsRangeIsRefusedByName) {
+    auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "1.5"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("--moe-share"), std::string::npos) << r.err;
+}
+
+// The bench's flags for the tool come from local's decode phase run: a slot is the MoE's time per step
+// over n_moe_layers * n_used. Here 4 layers of 2 ms a call after the first (the 1-token prompt's),
+// 8 slots each: 0.25 ms a slot; the step 16 ms, so p = 8 / 16.
+TEST(CeilingTool, TheBenchTakesTheSlotTimeAndMoeShareFromLocalsDecodePhaseRun) {
+    const std::string dir = test_dir("ceiling_args");
+    ASSERT_FALSE(dir.empty());
+    ASSERT_EQ(mkdir((dir + "/runs").c_str(), 0755), 0);
+    json layers = json::array();
+    for (int il = 0; il < 4; ++il)
+        layers.push_back({{"il", il}, {"calls", 11}, {"rows", 11}, {"ms", 22.0 + 1.0}, {"ms_local", 23.0}, {"ms_wait", 0.0},
+                          {"ms_setup", 0.0}, {"first_call", {{"ms", 3.0}, {"ms_local", 3.0}}}});
+    json report = {{"layers", layers}, {"workers", json::array()},
+                   {"provider_map", {{{"n_embd", 2048}, {"n_used", 8}}}}};
+    json meta = {{"id", "0001-a3b-L4-q8_0-local-lo-h0-decode-r0"}, {"model", "a3b-L4-q8_0"}, {"variant", "local"},
+                 {"kind", "decode"}, {"net", "lo"}, {"placement", "h0"}, {"rc", 0}, {"run", "r.run.json"}, {"report", "r.report.json"}};
+    json run = {{"prefill", {{"tokens", 1}, {"ms", 5.0}}}, {"decode", {{"tokens", 10}, {"ms", 160.0}}}};
+    std::ofstream(dir + "/runs/0001.meta.json") << meta.dump();
+    std::ofstream(dir + "/runs/r.run.json") << run.dump();
+    std::ofstream(dir + "/runs/r.report.json") << report.dump();
+    CommandResult r = run_command({"node", repo_root() + "/tools/bench/ceiling-args.js", dir, "a3b-L4-q8_0"}, {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "--slot-ms 0.2500 --moe-share 0.5000 --layers 4 --n-used 8 --n-embd 2048\n");
+
+    CommandResult none = run_command({"node", repo_root() + "/tools/bench/ceiling-args.js", dir, "a3b-L8-q8_0"}, {}, 60);
+    EXPECT_EQ(none.exit_code, 1);
+    EXPECT_NE(none.err.find("no local decode phase run of a3b-L8-q8_0"), std::string::npos) << none.err;
+}
+
+// A replicas run at 84% of the bound on a machine whose best split of whole slots reaches 87.5% is at
+// 96% of what any dispatch reaches there; the floor takes the tool's measured round trip.
+TEST(CeilingTool, TheBenchHoldsExpertsVariantsToTheWholeSlotCeilingAndFloorsWithItsRoundTrip) {
+    const std::string dir = test_dir("ceiling_rows");
+    ASSERT_FALSE(dir.empty());
+    json c = {{"schema", "moezip-ceiling/1"}, {"rtt16_ms", 0.08},
+              {"shape", {{"moe_share", 0.66}, {"slot_ms", 0.19}}},
+              {"best_whole_slots", {{"host_slots", 4.0}, {"of_bound", 0.875}}},
+              {"best", {{"host_slots", 4.5}, {"of_bound", 0.90}}}};
+    ASSERT_EQ(mkdir((dir + "/ceiling").c_str(), 0755), 0);
+    std::ofstream(dir + "/ceiling/a3b-L4-q8_0.json") << c.dump();
+    json rows = node_json(
+        "const {load_ceilings, ceiling_rows} = require(process.argv[1] + '/ceiling.js');"
+        "const {floor_rows} = require(process.argv[1] + '/floor.js');"
+        "const c = load_ceilings(process.argv[2]);"
+        "const a = [{model: 'a3b-L4-q8_0', variant: 'experts1_repl', net: 'lo', placement: 'h0', phase: 'decode',"
+        "            fraction_of_bound: 0.84, fraction_ci95: {point: 0.84, lo: 0.7875, hi: 0.875}},"
+        "           {model: 'a3b-L4-q8_0', variant: 'experts1_repl', net: 'lo', placement: 'h0', phase: 'prefill', fraction_of_bound: 0.9},"
+        "           {model: 'a3b-L4-q8_0', variant: 'shard1_auto_slow', net: 'lo', placement: 'h0', phase: 'decode', fraction_of_bound: 0.9}];"
+        "const p = [{model: 'a3b-L4-q8_0', variant: 'experts1', phase: 'decode', net: 'lo', tokens: 10, n_moe_layers: 4, step_ms: 9,"
+        "            workers: [{bytes_out: 1, bytes_in: 1}]}];"
+        "console.log(JSON.stringify({rows: ceiling_rows(c, a), floor: floor_rows(p, c)}));",
+        dir);
+    ASSERT_EQ(rows["rows"].size(), 1u);
+    const json & row = rows["rows"][0];
+    EXPECT_EQ(row["variant"], "experts1_repl");
+    EXPECT_NEAR(row["of_ceiling"].get<double>(), 0.96, 1e-9);
+    EXPECT_NEAR(row["of_ceiling_ci95"]["lo"].get<double>(), 0.90, 1e-9);
+    EXPECT_NEAR(row["of_ceiling_ci95"]["hi"].get<double>(), 1.0, 1e-9);
+    ASSERT_EQ(rows["floor"].size(), 1u);
+    EXPECT_NEAR(rows["floor"][0]["floor_ms"]["lo"].get<double>(), 4 * 0.08, 1e-9);
+    EXPECT_EQ(rows["floor"][0]["rtt0_measured"], true);
+}

@@ -1,0 +1,81 @@
+// moezip-ceiling: a decode step of an MoE model simulated with spins, one node or a host and one
+// worker over ZeroMQ, to measure what any dispatch of expert slots can reach on this machine.
+//
+// Why: issue 14's replicas target is a fraction of the Amdahl bound 1 / ((1 - p) + p / 2), which
+// counts no cost for crossing to the worker. What a round trip costs here (the wake-ups of a
+// paravirtualized VM, ZeroMQ's I/O threads, TCP over loopback) is measured by doing what a decode call
+// does with nothing of moezip in it: the host sends the hidden state, computes its share of the
+// slots, takes the worker's per-slot outputs; the worker computes the rest. The best step over host
+// shares is the ceiling a real run can be held to (docs/performance.md, "What any dispatch reaches").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moezip_ceiling {
+
+/// One decode step's shape and costs. Times in ms; the MoE layers' non-MoE work (attention, norms,
+/// the output head) is split evenly into n_layers + 1 pauses: one before each layer's MoE call and
+/// one after the last (the head). The pause before a call is what makes its round trip cost more
+/// than a back-to-back one (the other side's threads have gone to sleep).
+struct StepShape {
+    int    n_layers     = 4;     ///< MoE layers per step
+    int    n_used       = 8;     ///< slots per row (n_expert_used, top-k)
+    int    n_embd       = 2048;  ///< hidden size: a request carries [n_embd] f32, a reply [n_embd, worker slots] f32
+    double slot_ms      = 0.19;  ///< one slot's compute on either host (ms)
+    double non_moe_ms   = 3.1;   ///< the rest of a step (ms)
+    double moe_ms() const { return n_layers * n_used * slot_ms; }
+    double moe_share() const { return moe_ms() / (moe_ms() + non_moe_ms); }
+};
+
+/// How the host waits for the worker's reply after its own slots.
+enum class Wait { block, spin };
+const char * wait_name(Wait w);
+
+/// One way to run a step: the host computes host_slots of n_used (a fraction models a finer split
+/// than whole slots), the worker the rest; or, with one_node, the host computes every slot and sends
+/// nothing (the reference).
+struct Split {
+    double host_slots = 0;
+    Wait   wait       = Wait::block;
+    bool   one_node   = false;
+};
+
+/// The worker side: binds tcp://127.0.0.1:* on a ROUTER, writes the endpoint and a newline to
+/// ready_fd, then serves requests until one with a stop flag. A request is [id][header][hidden];
+/// the header's compute_ms is spun, and the reply carries out_bytes. Returns 0, or 1 after an
+/// error printed on stderr.
+int worker_serve(int ready_fd);
+
+/// The host side of the simulation, on a DEALER connected to the worker's endpoint.
+class HostSim {
+  public:
+    HostSim(const StepShape & shape, const std::string & endpoint);
+    ~HostSim();
+    HostSim(const HostSim &) = delete;
+    HostSim & operator=(const HostSim &) = delete;
+
+    /// One decode step with this split; returns its wall time (ms).
+    double step(const Split & split);
+    /// p50 of n round trips of 16 bytes back to back, the worker computing nothing (ms): the floor
+    /// tools/bench/floor.js uses as RTT0.
+    double rtt16_ms(int n);
+    /// Tells the worker to exit.
+    void stop_worker();
+
+  private:
+    double layer_call(const Split & split);
+    struct Impl;
+    Impl * impl_;
+    StepShape shape_;
+};
+
+/// The splits a run tries: one node first, then from n_used/2 - 2 to n_used/2 + 2 slots in quarter
+/// slots (clamped to [1, n_used - 1]), each with both waits.
+std::vector<Split> splits_to_try(int n_used);
+
+/// p50 of v (v is copied and sorted); 0 for an empty vector.
+double median(std::vector<double> v);
+
+} // namespace moezip_ceiling
