@@ -1,6 +1,6 @@
 // moezip-ceiling (tools/moezip-ceiling) and make bench's use of it (tools/bench/ceiling.js,
-// ceiling-args.js, floor.js): the tool runs a host and a worker process and reports every split with
-// the Amdahl bound of its shape; the bench reads a run's flags from a local decode phase run and holds
+// ceiling-args.js, floor.js): the tool runs a host and a worker process per transport (ZeroMQ, and a
+// busy-polled TCP socket) and reports every split with the Amdahl bound of its shape; the bench reads a run's flags from a local decode phase run and holds
 // the experts variants to the whole-slot ceiling. Speeds are not asserted here (make bench measures).
 #include "tests/support/test_support.h"
 
@@ -25,7 +25,7 @@ json node_json(const std::string & script, const std::string & arg) {
 
 } // namespace
 
-TEST(CeilingTool, ReportsEverySplitWithTheBoundOfItsShapeAndStopsItsWorker) {
+TEST(CeilingTool, ReportsEverySplitOfBothTransportsWithTheBoundOfItsShapeAndStopsItsWorkers) {
     // p = 0.5: one node's step is twice its MoE, the bound 1 / (0.5 + 0.25) (issue 14's formula)
     auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "0.5", "--layers", "2", "--n-used", "8",
                                          "--n-embd", "64", "--rounds", "2"});
@@ -34,29 +34,43 @@ TEST(CeilingTool, ReportsEverySplitWithTheBoundOfItsShapeAndStopsItsWorker) {
     EXPECT_EQ(j["schema"], "moezip-ceiling/1");
     EXPECT_NEAR(j["amdahl_bound"].get<double>(), 1 / (0.5 + 0.25), 1e-9);
     EXPECT_NEAR(j["shape"]["non_moe_ms"].get<double>(), 2 * 8 * 0.02, 1e-9);
-    EXPECT_EQ(j["worker_exit"], 0);
-    EXPECT_GT(j["rtt16_ms"].get<double>(), 0);
-    EXPECT_GT(j["one_node_step_ms"].get<double>(), 2 * 2 * 8 * 0.02 * 0.99);  // the spins alone take that long
-    // host shares 2, 2.25, ..., 6 slots of 8, each waited for both ways
-    const json & splits = j["splits"];
-    ASSERT_EQ(splits.size(), 34u);
-    EXPECT_EQ(splits.front()["host_slots"], 2.0);
-    EXPECT_EQ(splits.back()["host_slots"], 6.0);
-    double best = 0, best_whole = 0;
-    for (const json & s : splits) {
-        const double x = s["speedup"];
-        EXPECT_NEAR(s["of_bound"].get<double>(), x / j["amdahl_bound"].get<double>(), 1e-9);
-        best = std::max(best, x);
-        if (s["host_slots"].get<double>() == std::floor(s["host_slots"].get<double>())) best_whole = std::max(best_whole, x);
+    for (const char * transport : {"zeromq", "tcp_busy_poll"}) {
+        SCOPED_TRACE(transport);
+        ASSERT_TRUE(j.contains(transport));
+        const json & t = j[transport];
+        EXPECT_EQ(t["worker_exit"], 0);
+        EXPECT_GT(t["rtt16_ms"].get<double>(), 0);
+        EXPECT_GT(t["one_node_step_ms"].get<double>(), 2 * 2 * 8 * 0.02 * 0.99);  // the spins alone take that long
+        // host shares 2, 2.25, ..., 6 slots of 8, each waited for both ways
+        const json & splits = t["splits"];
+        ASSERT_EQ(splits.size(), 34u);
+        EXPECT_EQ(splits.front()["host_slots"], 2.0);
+        EXPECT_EQ(splits.back()["host_slots"], 6.0);
+        double best = 0, best_whole = 0;
+        for (const json & s : splits) {
+            const double x = s["speedup"];
+            EXPECT_NEAR(s["of_bound"].get<double>(), x / j["amdahl_bound"].get<double>(), 1e-9);
+            best = std::max(best, x);
+            if (s["host_slots"].get<double>() == std::floor(s["host_slots"].get<double>())) best_whole = std::max(best_whole, x);
+        }
+        EXPECT_EQ(t["best"]["speedup"].get<double>(), best);
+        EXPECT_EQ(t["best_whole_slots"]["speedup"].get<double>(), best_whole);
     }
-    EXPECT_EQ(j["best"]["speedup"].get<double>(), best);
-    EXPECT_EQ(j["best_whole_slots"]["speedup"].get<double>(), best_whole);
+
+    auto one = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--rounds", "1", "--transports", "zeromq"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    json o = json::parse(one.out);
+    EXPECT_TRUE(o.contains("zeromq"));
+    EXPECT_FALSE(o.contains("tcp_busy_poll"));
 }
 
-TEST(CeilingTool, AShareOutsideItsRangeIsRefusedByName) {
+TEST(CeilingTool, AShareOrTransportOutsideItsRangeIsRefusedByName) {
     auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "1.5"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("--moe-share"), std::string::npos) << r.err;
+    auto t = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--transports", "rdma"});
+    EXPECT_NE(t.exit_code, 0);
+    EXPECT_NE(t.err.find("--transports"), std::string::npos) << t.err;
 }
 
 // The bench's flags for the tool come from local's decode phase run: a slot is the MoE's time per step
@@ -88,14 +102,15 @@ TEST(CeilingTool, TheBenchTakesTheSlotTimeAndMoeShareFromLocalsDecodePhaseRun) {
 }
 
 // A replicas run at 84% of the bound on a machine whose best split of whole slots reaches 87.5% is at
-// 96% of what any dispatch reaches there; the floor takes the tool's measured round trip.
+// 96% of what any ZeroMQ dispatch reaches there; the floor takes the tool's measured ZeroMQ round trip.
 TEST(CeilingTool, TheBenchHoldsExpertsVariantsToTheWholeSlotCeilingAndFloorsWithItsRoundTrip) {
     const std::string dir = test_dir("ceiling_rows");
     ASSERT_FALSE(dir.empty());
-    json c = {{"schema", "moezip-ceiling/1"}, {"rtt16_ms", 0.08},
-              {"shape", {{"moe_share", 0.66}, {"slot_ms", 0.19}}},
-              {"best_whole_slots", {{"host_slots", 4.0}, {"of_bound", 0.875}}},
-              {"best", {{"host_slots", 4.5}, {"of_bound", 0.90}}}};
+    json c = {{"schema", "moezip-ceiling/1"}, {"shape", {{"moe_share", 0.66}, {"slot_ms", 0.19}}},
+              {"zeromq", {{"rtt16_ms", 0.08}, {"best_whole_slots", {{"host_slots", 4.0}, {"of_bound", 0.875}}},
+                          {"best", {{"host_slots", 4.5}, {"of_bound", 0.90}}}}},
+              {"tcp_busy_poll", {{"rtt16_ms", 0.025}, {"best_whole_slots", {{"host_slots", 4.0}, {"of_bound", 0.98}}},
+                                 {"best", {{"host_slots", 4.0}, {"of_bound", 0.98}}}}}};
     ASSERT_EQ(mkdir((dir + "/ceiling").c_str(), 0755), 0);
     std::ofstream(dir + "/ceiling/a3b-L4-q8_0.json") << c.dump();
     json rows = node_json(
@@ -116,6 +131,7 @@ TEST(CeilingTool, TheBenchHoldsExpertsVariantsToTheWholeSlotCeilingAndFloorsWith
     EXPECT_NEAR(row["of_ceiling"].get<double>(), 0.96, 1e-9);
     EXPECT_NEAR(row["of_ceiling_ci95"]["lo"].get<double>(), 0.90, 1e-9);
     EXPECT_NEAR(row["of_ceiling_ci95"]["hi"].get<double>(), 1.0, 1e-9);
+    EXPECT_NEAR(row["busy_poll_whole_of_bound"].get<double>(), 0.98, 1e-9);
     ASSERT_EQ(rows["floor"].size(), 1u);
     EXPECT_NEAR(rows["floor"][0]["floor_ms"]["lo"].get<double>(), 4 * 0.08, 1e-9);
     EXPECT_EQ(rows["floor"][0]["rtt0_measured"], true);

@@ -3,7 +3,8 @@
 // variants come to it. The Amdahl bound counts nothing for crossing to the worker; the ceiling is the
 // best step a host and one worker reach with the model's slot time, MoE share and message sizes when the
 // experts' compute is a spin: the round trip, the wake-ups and the split's granularity are this
-// machine's, nothing of moezip is in it.
+// machine's, nothing of moezip is in it. The same over a busy-polled plain TCP socket (not moezip's
+// transport) says what this machine's wake-ups take of it.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -30,13 +31,17 @@ function ceiling_rows(ceilings, amdahl) {
     for (const a of amdahl) {
         const c = ceilings.get(a.model);
         if (!c || a.net !== "lo" || a.phase !== "decode" || !a.variant.startsWith("experts1")) continue;
-        if (!c.best_whole_slots || !c.best) continue;
-        const whole = c.best_whole_slots.of_bound, any = c.best.of_bound;
+        const z = c.zeromq, t = c.tcp_busy_poll;
+        if (!z || !z.best_whole_slots || !z.best) continue;
+        const whole = z.best_whole_slots.of_bound;
         const ci = a.fraction_ci95;
         out.push({ model: a.model, variant: a.variant, placement: a.placement, moe_share_ceiling: c.shape.moe_share,
-                   slot_ms: c.shape.slot_ms, rtt16_ms: c.rtt16_ms, ceiling_whole_of_bound: whole,
-                   ceiling_whole_host_slots: c.best_whole_slots.host_slots, ceiling_any_of_bound: any,
-                   ceiling_any_host_slots: c.best.host_slots, measured_of_bound: a.fraction_of_bound,
+                   slot_ms: c.shape.slot_ms, rtt16_ms: z.rtt16_ms, ceiling_whole_of_bound: whole,
+                   ceiling_whole_host_slots: z.best_whole_slots.host_slots, ceiling_any_of_bound: z.best.of_bound,
+                   ceiling_any_host_slots: z.best.host_slots,
+                   busy_poll_rtt16_ms: t ? t.rtt16_ms : null,
+                   busy_poll_whole_of_bound: t && t.best_whole_slots ? t.best_whole_slots.of_bound : null,
+                   measured_of_bound: a.fraction_of_bound,
                    of_ceiling: a.fraction_of_bound !== null ? a.fraction_of_bound / whole : null,
                    of_ceiling_ci95: ci && ci.lo !== null ? { point: ci.point / whole, lo: ci.lo / whole, hi: ci.hi / whole } : null });
     }

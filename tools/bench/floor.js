@@ -3,7 +3,7 @@
 // The coordinator has one link; per step, each MoE layer needs one round trip to every worker (sent
 // together, answered in parallel) and its bytes cross the link in the busier direction:
 //   floor per step = n_moe_layers * RTT0 + bytes of the busier direction per step / payload rate
-// RTT0: a 16-byte ZeroMQ round trip over loopback TCP, back to back, as tools/moezip-ceiling measured it in
+// RTT0: a 16-byte ZeroMQ round trip over loopback TCP, back to back, as tools/moezip-ceiling measured it (zeromq) in
 // this bench for the model (ceiling.js); without one, 0.107 ms, measured before on this machine
 // (/work/shared/notes/engine-llamacpp.md). Payload rates are TCP
 // payload at MTU 1500: 117.5 MB/s at 1 Gbit/s (115 MB/s measured here through the tbf-shaped veth),
@@ -21,7 +21,7 @@ function floor_rows(phases, ceilings = new Map()) {
         const per_step_tokens = p.phase === "prefill" ? p.tokens : 1;
         const L = p.n_moe_layers;
         const c = ceilings.get(p.model);
-        const rtt0 = c && c.rtt16_ms > 0 ? c.rtt16_ms : RTT0_MS;
+        const rtt0 = c && c.zeromq && c.zeromq.rtt16_ms > 0 ? c.zeromq.rtt16_ms : RTT0_MS;
         const sent = p.workers.reduce((a, w) => a + w.bytes_out, 0), got = p.workers.reduce((a, w) => a + w.bytes_in, 0);
         const busier_per_token_layer = Math.max(sent, got) / (p.tokens * L);
         const step_bytes = busier_per_token_layer * per_step_tokens * L;

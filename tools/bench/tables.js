@@ -111,10 +111,12 @@ function ceiling_table(c) {
     const rows = c.rows.map((r) => [
         r.model, r.variant, r.placement === "h0" ? "0" : "1", pct(r.moe_share_ceiling), fmt(r.slot_ms, 3), fmt(r.rtt16_ms, 3),
         `${pct(r.ceiling_whole_of_bound)} (${r.ceiling_whole_host_slots} here)`, `${pct(r.ceiling_any_of_bound)} (${r.ceiling_any_host_slots} here)`,
+        r.busy_poll_whole_of_bound !== null ? `${pct(r.busy_poll_whole_of_bound)} (${fmt(r.busy_poll_rtt16_ms, 3)} ms)` : "-",
         pct(r.measured_of_bound),
         r.of_ceiling_ci95 ? `${pct(r.of_ceiling_ci95.point)} [${pct(r.of_ceiling_ci95.lo)}, ${pct(r.of_ceiling_ci95.hi)}]` : pct(r.of_ceiling)]);
     return table(["model", "variant", "coord. core", "MoE share", "slot ms", "16 B round trip ms",
-                  "ceiling of the bound, whole slots", "ceiling, any split", "measured of the bound", "measured of the whole-slot ceiling [95%]"], rows);
+                  "ceiling of the bound, whole slots", "ceiling, any split",
+                  "busy-polled TCP instead (not moezip's transport): whole slots (16 B round trip)", "measured of the bound", "measured of the whole-slot ceiling [95%]"], rows);
 }
 
 function floor_table(floor) {

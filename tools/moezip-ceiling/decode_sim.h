@@ -1,5 +1,5 @@
 // moezip-ceiling: a decode step of an MoE model simulated with spins, one node or a host and one
-// worker over ZeroMQ, to measure what any dispatch of expert slots can reach on this machine.
+// worker, to measure what any dispatch of expert slots can reach on this machine.
 //
 // Why: issue 14's replicas target is a fraction of the Amdahl bound 1 / ((1 - p) + p / 2), which
 // counts no cost for crossing to the worker. What a round trip costs here (the wake-ups of a
@@ -9,7 +9,9 @@
 // shares is the ceiling a real run can be held to (docs/performance.md, "What any dispatch reaches").
 #pragma once
 
-#include <cstdint>
+#include "sim_link.h"
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,10 +31,6 @@ struct StepShape {
     double moe_share() const { return moe_ms() / (moe_ms() + non_moe_ms); }
 };
 
-/// How the host waits for the worker's reply after its own slots.
-enum class Wait { block, spin };
-const char * wait_name(Wait w);
-
 /// One way to run a step: the host computes host_slots of n_used (a fraction models a finer split
 /// than whole slots), the worker the rest; or, with one_node, the host computes every slot and sends
 /// nothing (the reference).
@@ -42,33 +40,25 @@ struct Split {
     bool   one_node   = false;
 };
 
-/// The worker side: binds tcp://127.0.0.1:* on a ROUTER, writes the endpoint and a newline to
-/// ready_fd, then serves requests until one with a stop flag. A request is [id][header][hidden];
-/// the header's compute_ms is spun, and the reply carries out_bytes. Returns 0, or 1 after an
-/// error printed on stderr.
-int worker_serve(int ready_fd);
-
-/// The host side of the simulation, on a DEALER connected to the worker's endpoint.
+/// The host side of the simulation over one transport's link.
 class HostSim {
   public:
-    HostSim(const StepShape & shape, const std::string & endpoint);
-    ~HostSim();
-    HostSim(const HostSim &) = delete;
-    HostSim & operator=(const HostSim &) = delete;
+    HostSim(const StepShape & shape, std::unique_ptr<HostLink> link);
 
     /// One decode step with this split; returns its wall time (ms).
     double step(const Split & split);
-    /// p50 of n round trips of 16 bytes back to back, the worker computing nothing (ms): the floor
-    /// tools/bench/floor.js uses as RTT0.
+    /// p50 of n round trips of a 16-byte payload back to back, the worker computing nothing (ms):
+    /// the RTT0 of tools/bench/floor.js.
     double rtt16_ms(int n);
     /// Tells the worker to exit.
     void stop_worker();
 
   private:
-    double layer_call(const Split & split);
-    struct Impl;
-    Impl * impl_;
+    void layer_call(const Split & split);
+
     StepShape shape_;
+    std::unique_ptr<HostLink> link_;
+    std::vector<char> hidden_;  ///< a decode call's request: [n_embd] f32 hidden state, [n_used] i32 ids and f32 weights
 };
 
 /// The splits a run tries: one node first, then from n_used/2 - 2 to n_used/2 + 2 slots in quarter

@@ -1,12 +1,15 @@
 // moezip-ceiling: the speed-up over one node that a host and one worker exchanging a decode call's
-// messages over ZeroMQ reach on this machine, with spins in place of the experts' compute
-// (decode_sim.h says why). Prints one JSON object (schema moezip-ceiling/1, docs/performance.md):
+// messages reach on this machine, with spins in place of the experts' compute (decode_sim.h says
+// why), over ZeroMQ (moezip's transport) and over a busy-polled plain TCP socket (what the wake-ups
+// cost; sim_link.h). Prints one JSON object (schema moezip-ceiling/1, docs/performance.md):
 //   moezip-ceiling --slot-ms 0.19 --moe-share 0.66 [--layers 4 --n-used 8 --n-embd 2048]
-//                  [--rounds 60] [--host-cpu 0 --worker-cpu 1] [--out FILE]
-// The worker is a child process pinned to --worker-cpu; this process pins itself to --host-cpu.
-// Rounds run every split once, the order reversed on every other round, so drift falls on all alike;
-// each split's step time is the median over rounds. Exit 0; 1 with "moezip-ceiling: error: ..." on
-// stderr; CLI11's codes for bad flags.
+//                  [--rounds 60] [--transports zeromq,tcp_busy_poll] [--host-cpu 0 --worker-cpu 1]
+//                  [--out FILE]
+// Per transport the worker is a child process pinned to --worker-cpu (one at a time: a polling
+// worker would take the other's core); this process pins itself to --host-cpu. Rounds run every
+// split once, the order reversed on every other round, so drift falls on all alike; each split's
+// step time is the median over rounds, and its speed-up is over the one-node steps of the same
+// rounds. Exit 0; 1 with "moezip-ceiling: error: ..." on stderr; CLI11's codes for bad flags.
 #include "decode_sim.h"
 
 #include <CLI/CLI.hpp>
@@ -34,8 +37,8 @@ bool pin_to(int cpu) {
     return sched_setaffinity(0, sizeof set, &set) == 0;
 }
 
-/// Forks the worker, pinned to cpu, and returns its pid and endpoint; pid -1 after an error.
-pid_t start_worker(int cpu, std::string & endpoint) {
+/// Forks the worker of transport t, pinned to cpu, and returns its pid and endpoint; -1 after an error.
+pid_t start_worker(Transport t, int cpu, std::string & endpoint) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
     const pid_t pid = fork();
@@ -46,7 +49,7 @@ pid_t start_worker(int cpu, std::string & endpoint) {
             fprintf(stderr, "moezip-ceiling: error: worker: cannot pin to CPU %d\n", cpu);
             _exit(1);
         }
-        _exit(worker_serve(fds[1]));
+        _exit(worker_serve(t, fds[1]));
     }
     close(fds[1]);
     if (pid < 0) return -1;
@@ -70,45 +73,21 @@ nlohmann::json split_json(const Split & s, double step_ms, double one_node_ms, d
             {"speedup", speedup}, {"of_bound", speedup / bound}};
 }
 
-} // namespace
-
-int main(int argc, char ** argv) {
-    CLI::App app{"What a host and one worker over ZeroMQ reach of the Amdahl bound on this machine"};
-    StepShape shape;
-    double moe_share = 0.66;
-    int rounds = 60, host_cpu = -1, worker_cpu = -1;
-    std::string out_path;
-    app.add_option("--slot-ms", shape.slot_ms, "one slot's compute (ms)")->check(CLI::Range(0.001, 100.0));
-    app.add_option("--moe-share", moe_share, "the MoE share p of one node's decode step")->check(CLI::Range(0.01, 0.99));
-    app.add_option("--layers", shape.n_layers, "MoE layers per step")->check(CLI::Range(1, 512));
-    app.add_option("--n-used", shape.n_used, "slots per row (n_expert_used)")->check(CLI::Range(2, 64));
-    app.add_option("--n-embd", shape.n_embd, "hidden size")->check(CLI::Range(1, 65536));
-    app.add_option("--rounds", rounds, "rounds of every split (3 more are run first, untimed)")->check(CLI::Range(1, 100000));
-    app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)");
-    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: not pinned)");
-    app.add_option("--out", out_path, "write the JSON here instead of stdout");
-    CLI11_PARSE(app, argc, argv);
-    // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
-    shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
-
+/// Every split of shape over transport t, `rounds` timed rounds after 3 untimed: the transport's
+/// JSON object (rtt16_ms, one_node_step_ms, splits, best, best_whole_slots, worker_exit), or null
+/// after an error printed on stderr.
+nlohmann::json measure(Transport t, const StepShape & shape, int rounds, int worker_cpu, double bound) {
     std::string endpoint;
-    const pid_t worker = start_worker(worker_cpu, endpoint);
+    const pid_t worker = start_worker(t, worker_cpu, endpoint);
     if (worker < 0) {
-        fprintf(stderr, "moezip-ceiling: error: the worker did not start\n");
-        return 1;
+        fprintf(stderr, "moezip-ceiling: error: the %s worker did not start\n", transport_name(t));
+        return nullptr;
     }
-    if (!pin_to(host_cpu)) {
-        fprintf(stderr, "moezip-ceiling: error: cannot pin to CPU %d\n", host_cpu);
-        kill(worker, SIGKILL);
-        waitpid(worker, nullptr, 0);
-        return 1;
-    }
-
     const std::vector<Split> splits = splits_to_try(shape.n_used);
     std::vector<std::vector<double>> times(splits.size());
     double rtt16 = 0;
-    {
-        HostSim host(shape, endpoint);
+    try {
+        HostSim host(shape, connect_host_link(t, endpoint));
         rtt16 = host.rtt16_ms(1000);
         for (int r = 0; r < rounds + 3; ++r) {
             for (size_t i = 0; i < splits.size(); ++i) {
@@ -118,11 +97,15 @@ int main(int argc, char ** argv) {
             }
         }
         host.stop_worker();
+    } catch (const std::exception & e) {
+        fprintf(stderr, "moezip-ceiling: error: %s: %s\n", transport_name(t), e.what());
+        kill(worker, SIGKILL);
+        waitpid(worker, nullptr, 0);
+        return nullptr;
     }
     int status = 0;
     waitpid(worker, &status, 0);
 
-    const double p = shape.moe_share(), bound = 1 / ((1 - p) + p / 2);
     const double one_node_ms = median(times[0]);
     nlohmann::json res = nlohmann::json::array();
     nlohmann::json best, best_whole;
@@ -133,14 +116,50 @@ int main(int argc, char ** argv) {
         if (whole && (best_whole.is_null() || j["speedup"] > best_whole["speedup"])) best_whole = j;
         res.push_back(std::move(j));
     }
+    return {{"rtt16_ms", rtt16}, {"one_node_step_ms", one_node_ms}, {"splits", res}, {"best", best},
+            {"best_whole_slots", best_whole}, {"worker_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1}};
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    CLI::App app{"What a host and one worker reach of the Amdahl bound on this machine, over ZeroMQ and busy-polled TCP"};
+    StepShape shape;
+    double moe_share = 0.66;
+    int rounds = 60, host_cpu = -1, worker_cpu = -1;
+    std::vector<std::string> transports = {"zeromq", "tcp_busy_poll"};
+    std::string out_path;
+    app.add_option("--slot-ms", shape.slot_ms, "one slot's compute (ms)")->check(CLI::Range(0.001, 100.0));
+    app.add_option("--moe-share", moe_share, "the MoE share p of one node's decode step")->check(CLI::Range(0.01, 0.99));
+    app.add_option("--layers", shape.n_layers, "MoE layers per step")->check(CLI::Range(1, 512));
+    app.add_option("--n-used", shape.n_used, "slots per row (n_expert_used)")->check(CLI::Range(2, 64));
+    app.add_option("--n-embd", shape.n_embd, "hidden size")->check(CLI::Range(1, 65536));
+    app.add_option("--rounds", rounds, "rounds of every split (3 more are run first, untimed)")->check(CLI::Range(1, 100000));
+    app.add_option("--transports", transports, "zeromq, tcp_busy_poll or both")
+        ->delimiter(',')->check(CLI::IsMember({"zeromq", "tcp_busy_poll"}));
+    app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)");
+    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: not pinned)");
+    app.add_option("--out", out_path, "write the JSON here instead of stdout");
+    CLI11_PARSE(app, argc, argv);
+    // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
+    shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
+    if (!pin_to(host_cpu)) {
+        fprintf(stderr, "moezip-ceiling: error: cannot pin to CPU %d\n", host_cpu);
+        return 1;
+    }
+
+    const double p = shape.moe_share(), bound = 1 / ((1 - p) + p / 2);
     nlohmann::json out = {
         {"schema", "moezip-ceiling/1"},
         {"shape", {{"n_layers", shape.n_layers}, {"n_used", shape.n_used}, {"n_embd", shape.n_embd},
                    {"slot_ms", shape.slot_ms}, {"non_moe_ms", shape.non_moe_ms}, {"moe_share", p}}},
-        {"rounds", rounds}, {"host_cpu", host_cpu}, {"worker_cpu", worker_cpu},
-        {"rtt16_ms", rtt16}, {"one_node_step_ms", one_node_ms}, {"amdahl_bound", bound},
-        {"splits", res}, {"best", best}, {"best_whole_slots", best_whole},
-        {"worker_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1}};
+        {"rounds", rounds}, {"host_cpu", host_cpu}, {"worker_cpu", worker_cpu}, {"amdahl_bound", bound}};
+    for (const std::string & name : transports) {
+        const Transport t = name == "zeromq" ? Transport::zeromq : Transport::tcp_busy_poll;
+        nlohmann::json m = measure(t, shape, rounds, worker_cpu, bound);
+        if (m.is_null()) return 1;
+        out[name] = std::move(m);
+    }
     const std::string text = out.dump(1) + "\n";
     if (out_path.empty()) {
         fputs(text.c_str(), stdout);
