@@ -7,13 +7,12 @@
 #include "coordinator/modes/handler_factory.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
-#include "coordinator/memory/page_cache.h"
 #include "coordinator/memory/weight_release.h"
-#include "provider_map/gguf_expert_layout.h"
 #include "preload/abi_guard.h"
 #include "preload/engine_api.h"
 #include "preload/engine_locate.h"
-#include "preload/import_binding.h"
+#include "preload/hook_bindings.h"
+#include "preload/model_map_populate.h"
 #include "coordinator/wire/transport.h"
 
 #include <algorithm>
@@ -26,7 +25,6 @@
 #include <dlfcn.h>
 #include <memory>
 #include <mutex>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -334,38 +332,6 @@ void sample_rss(Session & s) {
     s.rss_graph_max_kib = std::max(s.rss_graph_max_kib, s.rss_graph_last_kib);
 }
 
-// The engine's calls moezip interposes, and where each is bound now (read from the caller's GOT):
-// "moezip", "not bound yet" (lazy binding, never called), or the object it bypasses us to. A
-// libllama loaded with RTLD_DEEPBIND binds ggml in its own dependencies first.
-struct HookImport {
-    const char * object;
-    const char * symbol;
-    const char * lost;  // what moezip cannot do when this call bypasses it
-};
-constexpr HookImport kHookImports[] = {
-    {"libggml-cpu", "ggml_graph_compute", "no graph can be intercepted"},
-    {"libllama", "ggml_backend_sched_graph_compute_async", "logits are not told apart by context"},
-    {"libllama", "ggml_backend_buffer_free", "a freed model is not seen: weights that replace it at the same address are told "
-                                             "apart by their content canary only"},
-};
-
-nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
-    const std::string self = object_path_of(reinterpret_cast<const void *>(&hook_bindings));
-    nlohmann::json j = nlohmann::json::object();
-    for (const HookImport & imp : kHookImports) {
-        const std::string bound = import_bound_to(imp.object, imp.symbol);
-        const std::string key = std::string(imp.object) + ":" + imp.symbol;
-        if (bound.empty()) j[key] = "not bound yet";
-        else if (bound == self) j[key] = "moezip";
-        else {
-            j[key] = "bypassed: bound to " + bound;
-            bypassed.push_back(std::string(imp.object) + " calls " + imp.symbol + " in " + bound + ", not in moezip's preload (" +
-                               imp.lost + "; loaded with RTLD_DEEPBIND?)");
-        }
-    }
-    return j;
-}
-
 void at_exit() {
     Session & s = S();
     if (getpid() != s.pid && s.pid != 0) return;
@@ -546,71 +512,24 @@ bool session_map_model_lazily(int fd) {
     return lazy;
 }
 
-namespace {
-
-// Populates a lazily mapped model except the workers' experts; "" or why it could not (the pages
-// then come in on first use, which is correct, only slower on the first prompt). The mapping is
-// advised MADV_HUGEPAGE first: where the file is not cached yet, each fault then reads ahead 2 MiB
-// folios (mm/filemap.c, do_sync_mmap_readahead), mapped by one PMD entry each, whatever the disk's
-// read_ahead_kb, instead of the folio sizes readahead ramps up to (at most 128 KiB with the common
-// read_ahead_kb 128: 4 KiB entries on x86). Same bytes; a decode step misses the TLB far less
-// (docs/performance.md, "The page cache decides the mapped single"). Pages cached already keep
-// their sizes.
-std::string populate_model_map(Session & s, char * addr, size_t len, int fd, long offset, uint64_t & populated, uint64_t & skipped,
-                               uint64_t & populated_pmd, bool & advised) {
-    if (offset != 0) return "the mapping does not start at the file's beginning";
-    char link[64], path[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    const ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) return std::string("cannot name the mapped file: ") + strerror(errno);
-    path[n] = 0;
-    GgmlApi api;
-    void * base = loaded_object_handle(loaded_object_path("libggml-base"));
-    if (base == nullptr || !ggml_api_bind_base(api, base)) return "libggml-base is not loaded";
-    std::vector<GgufExpertTensor> tensors;
-    Status st = gguf_expert_tensors(api, path, tensors);
-    if (!st) return st.message();
-    std::vector<ExpertTensorBytes> bytes;
-    for (const GgufExpertTensor & t : tensors) bytes.push_back({t.offset, t.bytes, t.n_expert});
-    const std::vector<int> owners = expert_owners(s.cfg, tensors.empty() ? 0 : (int) tensors[0].n_expert);
-    const ModelMapPlan plan = model_map_plan(len, bytes, owners, (uint64_t) sysconf(_SC_PAGESIZE));
-    // a hint: EINVAL without transparent huge pages, and THP "never" ignores it
-    advised = madvise(addr, len, MADV_HUGEPAGE) == 0;
-    // the workers' experts come in only when read: the identity digest (which reads them ahead and
-    // drops them again), a fallback or a verify check
-    for (const auto & r : plan.skip) skipped += r.second - r.first;
-    for (const auto & r : plan.populate) {
-        if (madvise(addr + r.first, r.second - r.first, MADV_POPULATE_READ) != 0)
-            return std::string("madvise(MADV_POPULATE_READ) failed: ") + strerror(errno);
-        populated += r.second - r.first;
-    }
-    const uintptr_t at = reinterpret_cast<uintptr_t>(addr);
-    populated_pmd = smaps_totals_here(at, at + len).pmd_mapped_bytes;
-    return "";
-}
-
-} // namespace
-
 void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {
     Session & s = S();
-    uint64_t populated = 0, skipped = 0, populated_pmd = 0;
-    bool advised = false;
-    const std::string why = populate_model_map(s, static_cast<char *>(addr), len, fd, offset, populated, skipped, populated_pmd, advised);
+    const ModelMapPopulation m = populate_model_map(s.cfg, static_cast<char *>(addr), len, fd, offset);
     {
         std::lock_guard<std::mutex> lock(s.rss_mu);
         s.lazy_map_bytes += len;
-        s.model_populated_bytes += populated;
-        s.model_skipped_bytes += skipped;
-        s.model_populated_pmd_bytes += populated_pmd;
-        s.model_hugepage_advised = s.model_hugepage_advised || advised;
+        s.model_populated_bytes += m.populated_bytes;
+        s.model_skipped_bytes += m.skipped_bytes;
+        s.model_populated_pmd_bytes += m.populated_pmd_bytes;
+        s.model_hugepage_advised = s.model_hugepage_advised || m.hugepage_advised;
     }
-    if (why.empty())
+    if (m.why_not.empty())
         LOG_INFO("experts mode: mapped the model (%.1f MiB) without the workers' experts: %.1f MiB made resident (%.1f MiB of "
-                 "it in 2 MiB pages), %.1f MiB of worker-owned experts left out", len / 1048576.0, populated / 1048576.0,
-                 populated_pmd / 1048576.0, skipped / 1048576.0);
+                 "it in 2 MiB pages), %.1f MiB of worker-owned experts left out", len / 1048576.0, m.populated_bytes / 1048576.0,
+                 m.populated_pmd_bytes / 1048576.0, m.skipped_bytes / 1048576.0);
     else
         LOG_INFO("experts mode: mapped the model (%.1f MiB) without MAP_POPULATE; pages come in on first use (%s)",
-                 len / 1048576.0, why.c_str());
+                 len / 1048576.0, m.why_not.c_str());
 }
 
 void session_preload_loaded() {

@@ -138,7 +138,7 @@ int main(int argc, char ** argv) {
     app.add_option("--transports", transports, "zeromq, tcp_busy_poll or both")
         ->delimiter(',')->check(CLI::IsMember({"zeromq", "tcp_busy_poll"}));
     app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)");
-    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: not pinned)");
+    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: the CPUs this process may use)");
     app.add_option("--out", out_path, "write the JSON here instead of stdout");
     CLI11_PARSE(app, argc, argv);
     // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time

@@ -1,0 +1,20 @@
+// Where the engine's calls that moezip interposes are bound now, read from each caller's GOT
+// (preload/import_binding.h): the report's `hook_bindings`, and the reason a run whose calls bypass
+// the preload (a libllama loaded with RTLD_DEEPBIND binds ggml in its own dependencies first) is
+// told apart from one that never reached a MoE graph.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace moezip {
+
+/// For ggml_graph_compute (called from libggml-cpu), ggml_backend_sched_graph_compute_async and
+/// ggml_backend_buffer_free (from libllama): "moezip", "not bound yet" (lazy binding, never called)
+/// or "bypassed: bound to <object path>", keyed "<object>:<symbol>". Each bypassed call also appends
+/// to `bypassed` a sentence naming the objects and what moezip cannot do without that call.
+nlohmann::json hook_bindings(std::vector<std::string> & bypassed);
+
+} // namespace moezip
