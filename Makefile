@@ -150,8 +150,10 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
-# worker code tested in-process (the budget estimate against the executor, the plan table)
-TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/request/,worker_budget.o worker_plan.o request_check.o)
+# tools' code tested in-process: the worker's budget estimate against the executor and its plan
+# table; moezip-ceiling's simulated step against a recording link
+TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/request/,worker_budget.o worker_plan.o request_check.o) \
+                   $(BUILD)/obj/tools/moezip-ceiling/decode_sim.o
 $(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main

@@ -1,3 +1,5 @@
+// Where the interposed calls are bound (hook_bindings.h): a table of the calls and what is lost
+// without each, read against the callers' GOTs at exit.
 #include "preload/hook_bindings.h"
 
 #include "preload/engine_locate.h"

@@ -1,3 +1,4 @@
+// Populating a lazily mapped model except the workers' experts (model_map_populate.h).
 #include "preload/model_map_populate.h"
 
 #include "coordinator/memory/page_cache.h"

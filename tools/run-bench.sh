@@ -92,10 +92,11 @@
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
 #   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached, ~10 min);
 #                       0: skip them. BENCH_LLAMA_BUILD: a llama.cpp CMake build folder with -DGGML_RPC=ON instead
-#   BENCH_CEILING       1 (default): per model with an experts variant, tools/moezip-ceiling measures what any
-#                       ZeroMQ dispatch of a decode call's slots reaches on this machine (its slot time and MoE
-#                       share from local's decode phase run), into $BUILD/bench/ceiling/MODEL.json; 0 skips it.
-#                       BENCH_CEILING_ROUNDS: its rounds (default 100, about 30 s)
+#   BENCH_CEILING       1 (default): per model with an experts variant, tools/moezip-ceiling measures what a
+#                       dispatch of a decode call's slots reaches on this machine over ZeroMQ and over plain TCP
+#                       (its slot time and MoE share from local's decode phase run), into
+#                       $BUILD/bench/ceiling/MODEL.json; 0 skips it. BENCH_CEILING_ROUNDS: its rounds (default
+#                       100: about 30 s per transport, four transports)
 #   BENCH_NO_REPACK     auto (default): no_repack (and --no-repack) only where the weights need it (q4_K
 #                       experts, which the engine repacks); 1: everywhere; 0: nowhere
 #   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
@@ -744,7 +745,7 @@ for m in $MODELS; do
         run_one "$m" experts1_plan lo h0 prefill 0
         run_one "$m" experts1_plan lo h0 decode 0 ;;
     esac
-    # What any dispatch of a decode call's slots over ZeroMQ reaches here (tools/moezip-ceiling), with this
+    # What a dispatch of a decode call's slots reaches here (tools/moezip-ceiling), with this
     # model's slot time and MoE share from local's decode phase run: the ceiling the experts targets are
     # read against beside the Amdahl bound. Pinned as placement h0.
     if [ "$CEILING" = 1 ] && [ "$PIN" = 1 ]; then

@@ -2,6 +2,7 @@
 // through the real summary script, and bench.json must carry the ratios within pairs, their bootstrap
 // intervals, "no interval" below 4 pairs, a bimodal run set and the RPC comparison. llama-bench rows
 // (rpc_*) need no preload report, so the runs are plain files.
+#include "coordinator/wire/protocol.h"
 #include "tests/support/cluster.h"
 
 #include <gtest/gtest.h>
@@ -292,6 +293,23 @@ TEST(BenchSummary, ADecodePhaseLeavesTheWorkersFirstCallPackingOut) {
     EXPECT_NEAR(rec["moe_share"].get<double>(), 0.5, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["layers"][0]["ms_wait"].get<double>(), 2.5, 1e-9) << rec.dump();
     EXPECT_NEAR(rec["layers"][0]["ms_local"].get<double>(), 2.5, 1e-9) << rec.dump();
+}
+
+// The wire table's header bytes per token per layer: every request and its reply carry one MsgHeader
+// (152 bytes; phase.js said 128, the size before protocol v2 and v4 grew it).
+TEST(BenchSummary, HeaderBytesPerTokenLayerCountMoezipsHeaderSizeTwicePerRequest) {
+    const std::string dir = test_dir("bench_phase_headers");
+    json meta = {{"model", "m"}, {"variant", "experts1"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "decode"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    json run = {{"prefill", {{"tokens", 1}, {"ms", 10.0}}}, {"decode", {{"tokens", 9}, {"ms", 90.0}}}};
+    json layers = json::array();
+    for (int il = 0; il < 2; ++il)
+        layers.push_back({{"il", il}, {"calls", 10}, {"rows", 10}, {"ms", 10.0}, {"ms_local", 5.0}, {"ms_wait", 5.0}, {"ms_setup", 0.0}});
+    // 10 tokens x 2 layers, one request each
+    json report = {{"layers", layers}, {"workers", {{{"endpoint", "w"}, {"requests", 20}, {"bytes_out", 0}, {"bytes_in", 0}}}},
+                   {"config", {{"mode", "experts"}}}};
+    const json rec = phase_record_of(dir, meta, run, report);
+    ASSERT_FALSE(rec.is_null());
+    EXPECT_NEAR(rec["headers_per_token_layer"].get<double>(), 2.0 * sizeof(moezip::MsgHeader), 1e-9) << rec.dump();
 }
 
 // The same for a prefill phase run: its one step (the prompt) contains the copy, so the step time

@@ -7,6 +7,8 @@
 const { load_runs } = require("./runs.js");
 const { phase_record } = require("./phase.js");
 
+/// The flags for model from the newest sound local decode phase run in OUT/runs, or null when there
+/// is none (or its report lacks the MoE layers, n_used or n_embd).
 function ceiling_args(out, model) {
     const runs = load_runs(out).filter((r) => r.model === model && r.variant === "local" && r.kind === "decode" &&
                                               r.rc === 0 && r.run_json && r.report_json);

@@ -5,7 +5,7 @@
 "use strict";
 const { sum } = require("./stats.js");
 
-const HEADER_BYTES = 128;  // MsgHeader, frame 0 of every request and reply (coordinator/wire/protocol.h)
+const HEADER_BYTES = 152;  // MsgHeader, frame 0 of every request and reply (coordinator/wire/protocol.h static_assert)
 
 /// Tokens whose MoE regions the report counted: a prefill run has one graph of the prompt; a decode
 /// run (1-token prompt) has only one-row graphs, its prompt token included.

@@ -108,15 +108,17 @@ function amdahl_table(amdahl) {
 }
 
 function ceiling_table(c) {
+    const ci = (x) => (x ? `${pct(x.point)} [${pct(x.lo)}, ${pct(x.hi)}]` : "-");
     const rows = c.rows.map((r) => [
         r.model, r.variant, r.placement === "h0" ? "0" : "1", pct(r.moe_share_ceiling), fmt(r.slot_ms, 3), fmt(r.rtt16_ms, 3),
         `${pct(r.ceiling_whole_of_bound)} (${r.ceiling_whole_host_slots} here)`, `${pct(r.ceiling_any_of_bound)} (${r.ceiling_any_host_slots} here)`,
+        pct(r.zeromq_poll_whole_of_bound), pct(r.tcp_block_whole_of_bound),
         r.busy_poll_whole_of_bound !== null ? `${pct(r.busy_poll_whole_of_bound)} (${fmt(r.busy_poll_rtt16_ms, 3)} ms)` : "-",
-        pct(r.measured_of_bound),
-        r.of_ceiling_ci95 ? `${pct(r.of_ceiling_ci95.point)} [${pct(r.of_ceiling_ci95.lo)}, ${pct(r.of_ceiling_ci95.hi)}]` : pct(r.of_ceiling)]);
-    return table(["model", "variant", "coord. core", "MoE share", "slot ms", "16 B round trip ms",
-                  "ceiling of the bound, whole slots", "ceiling, any split",
-                  "busy-polled TCP instead (not moezip's transport): whole slots (16 B round trip)", "measured of the bound", "measured of the whole-slot ceiling [95%]"], rows);
+        pct(r.measured_of_bound), ci(r.of_ceiling_ci95), ci(r.of_ceiling_copy_ci95)]);
+    return table(["model", "variant", "coord. core", "MoE share", "slot ms", "ZeroMQ 16 B round trip ms",
+                  "ZeroMQ ceiling of the bound, whole slots", "ZeroMQ, quarter slots", "ZeroMQ, worker polling",
+                  "plain TCP, worker blocking", "plain TCP, worker polling (16 B round trip)", "measured of the bound (paired)",
+                  "measured of the whole-slot ZeroMQ ceiling [95%]", "the same from local_copy's bound [95%]"], rows);
 }
 
 function floor_table(floor) {
@@ -200,8 +202,9 @@ function render(b) {
         wire_table(b.phases),
         "## Amdahl bound (MoE share from the local-mode phase runs; experts1 variants also from local_copy, one node computing from the huge-page copy both of their hosts use)",
         amdahl_table(b.amdahl),
-        "## What any dispatch reaches here (tools/moezip-ceiling: a host and one worker exchanging a decode call's messages over ZeroMQ, " +
-        "the experts' compute replaced by spins of the model's slot time; best host share of the slots, as a fraction of the Amdahl bound)",
+        "## What a dispatch reaches here (tools/moezip-ceiling: a host and one worker exchanging a decode call's messages, the request at the call's start, " +
+        "the experts' compute replaced by spins of the model's slot time; best host share of the slots, as a fraction of the Amdahl bound; " +
+        "ZeroMQ is moezip's transport, plain TCP tells what the wake-ups cost)",
         b.ceiling && b.ceiling.rows.length ? ceiling_table(b.ceiling) : "(no ceiling: BENCH_CEILING=0, one CPU, or no experts variant)",
         "## Physical floor per step (n_moe_layers x RTT0 + bytes of the busier direction / TCP payload rate; no overlap; RTT0 a 16-byte round trip, measured by moezip-ceiling where it ran, else 0.107 ms)",
         floor_table(b.floor),

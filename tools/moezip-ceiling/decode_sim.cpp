@@ -67,7 +67,8 @@ std::vector<Split> splits_to_try(int n_used) {
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 } // namespace moezip_ceiling

@@ -1,12 +1,12 @@
 // moezip-ceiling: a decode step of an MoE model simulated with spins, one node or a host and one
-// worker, to measure what any dispatch of expert slots can reach on this machine.
+// worker, to measure what a dispatch of expert slots can reach on this machine.
 //
 // Why: issue 14's replicas target is a fraction of the Amdahl bound 1 / ((1 - p) + p / 2), which
 // counts no cost for crossing to the worker. What a round trip costs here (the wake-ups of a
 // paravirtualized VM, ZeroMQ's I/O threads, TCP over loopback) is measured by doing what a decode call
 // does with nothing of moezip in it: the host sends the hidden state, computes its share of the
 // slots, takes the worker's per-slot outputs; the worker computes the rest. The best step over host
-// shares is the ceiling a real run can be held to (docs/performance.md, "What any dispatch reaches").
+// shares is the ceiling a real run can be held to (docs/performance.md, "What a dispatch reaches here").
 #pragma once
 
 #include "sim_link.h"
@@ -65,7 +65,7 @@ class HostSim {
 /// slots (clamped to [1, n_used - 1]), each with both waits.
 std::vector<Split> splits_to_try(int n_used);
 
-/// p50 of v (v is copied and sorted); 0 for an empty vector.
+/// The median of v (the mean of the two middle values for an even count); 0 for an empty vector.
 double median(std::vector<double> v);
 
 } // namespace moezip_ceiling

@@ -1,12 +1,14 @@
 // moezip-ceiling: the speed-up over one node that a host and one worker exchanging a decode call's
 // messages reach on this machine, with spins in place of the experts' compute (decode_sim.h says
-// why), over ZeroMQ (moezip's transport) and over a busy-polled plain TCP socket (what the wake-ups
-// cost; sim_link.h). Prints one JSON object (schema moezip-ceiling/1, docs/performance.md):
+// why), over ZeroMQ (moezip's transport) and over plain TCP with the worker blocking or polling
+// (what of it the wake-ups cost; sim_link.h). Prints one JSON object (schema moezip-ceiling/1,
+// docs/performance.md):
 //   moezip-ceiling --slot-ms 0.19 --moe-share 0.66 [--layers 4 --n-used 8 --n-embd 2048]
-//                  [--rounds 60] [--transports zeromq,tcp_busy_poll] [--host-cpu 0 --worker-cpu 1]
-//                  [--out FILE]
+//                  [--rounds 60] [--transports zeromq,zeromq_poll,tcp_block,tcp_busy_poll]
+//                  [--host-cpu 0 --worker-cpu 1] [--out FILE]
 // Per transport the worker is a child process pinned to --worker-cpu (one at a time: a polling
-// worker would take the other's core); this process pins itself to --host-cpu. Rounds run every
+// worker would take the other's core; -1 leaves it the CPUs this process had before it pinned
+// itself); this process pins itself to --host-cpu. Rounds run every
 // split once, the order reversed on every other round, so drift falls on all alike; each split's
 // step time is the median over rounds, and its speed-up is over the one-node steps of the same
 // rounds. Exit 0; 1 with "moezip-ceiling: error: ..." on stderr; CLI11's codes for bad flags.
@@ -29,22 +31,43 @@ using namespace moezip_ceiling;
 
 namespace {
 
+cpu_set_t g_start_cpus;  // the CPUs this process could use before it pinned itself
+
+/// Pins the calling process to cpu; cpu < 0 gives it back g_start_cpus.
 bool pin_to(int cpu) {
-    if (cpu < 0) return true;
+    if (cpu >= CPU_SETSIZE) return false;
     cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
+    if (cpu < 0) {
+        set = g_start_cpus;
+    } else {
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+    }
     return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+/// Waits up to timeout_ms for pid to exit, then kills it; its exit status, -1 when killed.
+int reap(pid_t pid, int timeout_ms) {
+    int status = 0;
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
 }
 
 /// Forks the worker of transport t, pinned to cpu, and returns its pid and endpoint; -1 after an error.
 pid_t start_worker(Transport t, int cpu, std::string & endpoint) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the host
+        if (getppid() != parent) _exit(1);  // the host died before the line above took effect
         if (!pin_to(cpu)) {
             fprintf(stderr, "moezip-ceiling: error: worker: cannot pin to CPU %d\n", cpu);
             _exit(1);
@@ -103,8 +126,7 @@ nlohmann::json measure(Transport t, const StepShape & shape, int rounds, int wor
         waitpid(worker, nullptr, 0);
         return nullptr;
     }
-    int status = 0;
-    waitpid(worker, &status, 0);
+    const int worker_exit = reap(worker, 5000);
 
     const double one_node_ms = median(times[0]);
     nlohmann::json res = nlohmann::json::array();
@@ -117,7 +139,7 @@ nlohmann::json measure(Transport t, const StepShape & shape, int rounds, int wor
         res.push_back(std::move(j));
     }
     return {{"rtt16_ms", rtt16}, {"one_node_step_ms", one_node_ms}, {"splits", res}, {"best", best},
-            {"best_whole_slots", best_whole}, {"worker_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1}};
+            {"best_whole_slots", best_whole}, {"worker_exit", worker_exit}};
 }
 
 } // namespace
@@ -127,7 +149,7 @@ int main(int argc, char ** argv) {
     StepShape shape;
     double moe_share = 0.66;
     int rounds = 60, host_cpu = -1, worker_cpu = -1;
-    std::vector<std::string> transports = {"zeromq", "tcp_busy_poll"};
+    std::vector<std::string> transports = {"zeromq", "zeromq_poll", "tcp_block", "tcp_busy_poll"};
     std::string out_path;
     app.add_option("--slot-ms", shape.slot_ms, "one slot's compute (ms)")->check(CLI::Range(0.001, 100.0));
     app.add_option("--moe-share", moe_share, "the MoE share p of one node's decode step")->check(CLI::Range(0.01, 0.99));
@@ -135,14 +157,18 @@ int main(int argc, char ** argv) {
     app.add_option("--n-used", shape.n_used, "slots per row (n_expert_used)")->check(CLI::Range(2, 64));
     app.add_option("--n-embd", shape.n_embd, "hidden size")->check(CLI::Range(1, 65536));
     app.add_option("--rounds", rounds, "rounds of every split (3 more are run first, untimed)")->check(CLI::Range(1, 100000));
-    app.add_option("--transports", transports, "zeromq, tcp_busy_poll or both")
-        ->delimiter(',')->check(CLI::IsMember({"zeromq", "tcp_busy_poll"}));
+    app.add_option("--transports", transports, "some of zeromq, zeromq_poll, tcp_block, tcp_busy_poll (sim_link.h)")
+        ->delimiter(',')->check(CLI::IsMember({"zeromq", "zeromq_poll", "tcp_block", "tcp_busy_poll"}));
     app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)");
     app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: the CPUs this process may use)");
     app.add_option("--out", out_path, "write the JSON here instead of stdout");
     CLI11_PARSE(app, argc, argv);
     // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
     shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
+    if (sched_getaffinity(0, sizeof g_start_cpus, &g_start_cpus) != 0) {
+        fprintf(stderr, "moezip-ceiling: error: cannot read this process's CPUs\n");
+        return 1;
+    }
     if (!pin_to(host_cpu)) {
         fprintf(stderr, "moezip-ceiling: error: cannot pin to CPU %d\n", host_cpu);
         return 1;
@@ -155,7 +181,8 @@ int main(int argc, char ** argv) {
                    {"slot_ms", shape.slot_ms}, {"non_moe_ms", shape.non_moe_ms}, {"moe_share", p}}},
         {"rounds", rounds}, {"host_cpu", host_cpu}, {"worker_cpu", worker_cpu}, {"amdahl_bound", bound}};
     for (const std::string & name : transports) {
-        const Transport t = name == "zeromq" ? Transport::zeromq : Transport::tcp_busy_poll;
+        Transport t = Transport::zeromq;
+        transport_from_name(name, t);  // CLI11 took only known names
         nlohmann::json m = measure(t, shape, rounds, worker_cpu, bound);
         if (m.is_null()) return 1;
         out[name] = std::move(m);
