@@ -114,7 +114,8 @@ function ceiling_table(c) {
         `${pct(r.ceiling_whole_of_bound)} (${r.ceiling_whole_host_slots} here)`, `${pct(r.ceiling_any_of_bound)} (${r.ceiling_any_host_slots} here)`,
         pct(r.zeromq_poll_whole_of_bound), pct(r.tcp_block_whole_of_bound),
         r.busy_poll_whole_of_bound !== null ? `${pct(r.busy_poll_whole_of_bound)} (${fmt(r.busy_poll_rtt16_ms, 3)} ms)` : "-",
-        pct(r.measured_of_bound), ci(r.of_ceiling_ci95), ci(r.of_ceiling_copy_ci95)]);
+        pct(r.measured_of_bound), r.of_ceiling_ci95 ? ci(r.of_ceiling_ci95) : `${pct(r.of_ceiling)} (no interval)`,
+        ci(r.of_ceiling_copy_ci95)]);
     return table(["model", "variant", "coord. core", "MoE share", "slot ms", "ZeroMQ 16 B round trip ms",
                   "ZeroMQ ceiling of the bound, whole slots", "ZeroMQ, quarter slots", "ZeroMQ, worker polling",
                   "plain TCP, worker blocking", "plain TCP, worker polling (16 B round trip)", "measured of the bound (paired)",
