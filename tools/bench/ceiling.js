@@ -46,6 +46,8 @@ function ceiling_rows(ceilings, amdahl) {
         const over = (ci) => (ci && ci.lo !== null && ci.lo !== undefined
             ? { point: ci.point / whole, lo: ci.lo / whole, hi: ci.hi / whole } : null);
         const ci = a.fraction_ci95;
+        // the paired point where there is an interval (4 pairs up), else the ratio of medians
+        const measured = ci && ci.point !== undefined ? ci.point : a.fraction_of_bound;
         out.push({ model: a.model, variant: a.variant, placement: a.placement, moe_share_ceiling: c.shape.moe_share,
                    slot_ms: c.shape.slot_ms, rtt16_ms: z.rtt16_ms, ceiling_whole_of_bound: whole,
                    ceiling_whole_host_slots: z.best_whole_slots.host_slots, ceiling_any_of_bound: z.best.of_bound,
@@ -54,8 +56,8 @@ function ceiling_rows(ceilings, amdahl) {
                    tcp_block_whole_of_bound: whole_of(c.tcp_block),
                    busy_poll_rtt16_ms: c.tcp_busy_poll ? c.tcp_busy_poll.rtt16_ms : null,
                    busy_poll_whole_of_bound: whole_of(c.tcp_busy_poll),
-                   measured_of_bound: ci && ci.point !== undefined ? ci.point : a.fraction_of_bound,
-                   of_ceiling: ci && ci.point !== undefined ? ci.point / whole : null,
+                   measured_of_bound: measured,
+                   of_ceiling: measured !== null && measured !== undefined ? measured / whole : null,
                    of_ceiling_ci95: over(ci),
                    of_ceiling_copy_ci95: over(a.fraction_ci95_copy) });
     }
