@@ -157,7 +157,8 @@ TEST(CeilingTool, TheBenchTakesTheSlotTimeAndMoeShareFromLocalsDecodePhaseRun) {
 
 // A replicas run at 84% of the bound (paired) on a machine whose best ZeroMQ split of whole slots
 // reaches 87.5% is at 96% of that ceiling; experts1_verify (bound 1: every tenth call recomputed here)
-// is not held to it; the floor takes the tool's measured ZeroMQ round trip.
+// is not held to it; a variant with too few pairs for an interval is read by its ratio of medians
+// (0.7 / 0.875); the floor takes the tool's measured ZeroMQ round trip.
 TEST(CeilingTool, TheBenchHoldsExpertsVariantsToTheWholeSlotCeilingAndFloorsWithItsRoundTrip) {
     const std::string dir = test_dir("ceiling_rows");
     ASSERT_FALSE(dir.empty());
@@ -177,13 +178,20 @@ TEST(CeilingTool, TheBenchHoldsExpertsVariantsToTheWholeSlotCeilingAndFloorsWith
         "            bound: b, fraction_of_bound: 0.86, fraction_ci95: {point: 0.84, lo: 0.7875, hi: 0.875}},"
         "           {model: 'a3b-L4-q8_0', variant: 'experts1_verify', net: 'lo', placement: 'h0', phase: 'decode', moe_share: 0.66,"
         "            bound: 1, fraction_of_bound: 0.9, fraction_ci95: {point: 0.9, lo: 0.8, hi: 1.0}},"
+        "           {model: 'a3b-L4-q8_0', variant: 'experts1_plan', net: 'lo', placement: 'h0', phase: 'decode', moe_share: 0.66,"
+        "            bound: b, fraction_of_bound: 0.7, fraction_ci95: null},"
         "           {model: 'a3b-L4-q8_0', variant: 'experts1_repl', net: 'lo', placement: 'h0', phase: 'prefill', fraction_of_bound: 0.9},"
         "           {model: 'a3b-L4-q8_0', variant: 'shard1_auto_slow', net: 'lo', placement: 'h0', phase: 'decode', fraction_of_bound: 0.9}];"
         "const p = [{model: 'a3b-L4-q8_0', variant: 'experts1', phase: 'decode', net: 'lo', tokens: 10, n_moe_layers: 4, step_ms: 9,"
         "            workers: [{bytes_out: 1, bytes_in: 1}]}];"
         "console.log(JSON.stringify({rows: ceiling_rows(c, a), floor: floor_rows(p, c)}));",
         dir);
-    ASSERT_EQ(rows["rows"].size(), 1u);
+    ASSERT_EQ(rows["rows"].size(), 2u);
+    // fewer than 4 pairs (no interval): the ratio of medians, over the same ceiling
+    const json & plan = rows["rows"][1];
+    EXPECT_EQ(plan["variant"], "experts1_plan");
+    EXPECT_NEAR(plan["of_ceiling"].get<double>(), 0.8, 1e-9);
+    EXPECT_TRUE(plan["of_ceiling_ci95"].is_null());
     const json & row = rows["rows"][0];
     EXPECT_EQ(row["variant"], "experts1_repl");
     EXPECT_NEAR(row["measured_of_bound"].get<double>(), 0.84, 1e-9);  // the paired point, not the medians' 0.86
