@@ -51,6 +51,11 @@ const json * group(const json & bench, const std::string & variant, const std::s
     return nullptr;
 }
 
+/// The driver's meta of a phase run of model "m" on loopback, placement h0, no veth bytes.
+json phase_meta(const char * variant, const char * kind) {
+    return {{"model", "m"}, {"variant", variant}, {"net", "lo"}, {"placement", "h0"}, {"kind", kind}, {"wire_tx", 0}, {"wire_rx", 0}};
+}
+
 /// tools/bench/phase.js's phase_record of one run (meta, moezip-run JSON, report), or null when node fails.
 json phase_record_of(const std::string & dir, const json & meta, const json & run, const json & report) {
     std::ofstream(dir + "/in.json") << json{{"meta", meta}, {"run", run}, {"report", report}}.dump();
@@ -259,7 +264,7 @@ TEST(BenchSummary, UnresolvedRatiosAreNamedForMorePairsUntilTheCap) {
 // leave that one-time preparation (the report's ms_setup) out, or it exceeds 100%.
 TEST(BenchSummary, ThePhaseMoeShareLeavesTheFirstCallsCopyOut) {
     const std::string dir = test_dir("bench_phase_setup");
-    json meta = {{"model", "m"}, {"variant", "local_copy"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "decode"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    const json meta = phase_meta("local_copy", "decode");
     // 1-token prompt + 64 steps of 10 ms; 65 calls per layer of 5 ms each, plus a 4000 ms copy at the first
     json run = {{"prefill", {{"tokens", 1}, {"ms", 10.0}}}, {"decode", {{"tokens", 64}, {"ms", 640.0}}}};
     json layers = json::array();
@@ -277,7 +282,7 @@ TEST(BenchSummary, ThePhaseMoeShareLeavesTheFirstCallsCopyOut) {
 // 1-token prompt's), so neither the MoE share nor the wait per call carries the worker's packing.
 TEST(BenchSummary, ADecodePhaseLeavesTheWorkersFirstCallPackingOut) {
     const std::string dir = test_dir("bench_phase_first_call");
-    json meta = {{"model", "m"}, {"variant", "shard1"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "decode"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    const json meta = phase_meta("shard1", "decode");
     // 64 steps of 20 ms; per layer 64 calls of 2.5 ms here + 2.5 ms waiting, and a first call (the
     // prompt's) that waited 3000 ms for the worker's packing
     json run = {{"prefill", {{"tokens", 1}, {"ms", 3010.0}}}, {"decode", {{"tokens", 64}, {"ms", 1280.0}}}};
@@ -299,7 +304,7 @@ TEST(BenchSummary, ADecodePhaseLeavesTheWorkersFirstCallPackingOut) {
 // (152 bytes; phase.js said 128, the size before protocol v2 and v4 grew it).
 TEST(BenchSummary, HeaderBytesPerTokenLayerCountMoezipsHeaderSizeTwicePerRequest) {
     const std::string dir = test_dir("bench_phase_headers");
-    json meta = {{"model", "m"}, {"variant", "experts1"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "decode"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    const json meta = phase_meta("experts1", "decode");
     json run = {{"prefill", {{"tokens", 1}, {"ms", 10.0}}}, {"decode", {{"tokens", 9}, {"ms", 90.0}}}};
     json layers = json::array();
     for (int il = 0; il < 2; ++il)
@@ -316,7 +321,7 @@ TEST(BenchSummary, HeaderBytesPerTokenLayerCountMoezipsHeaderSizeTwicePerRequest
 // must leave it out as well, or the share falls far below the truth.
 TEST(BenchSummary, ThePrefillStepLeavesTheFirstCallsCopyOut) {
     const std::string dir = test_dir("bench_phase_setup_prefill");
-    json meta = {{"model", "m"}, {"variant", "local_copy"}, {"net", "lo"}, {"placement", "h0"}, {"kind", "prefill"}, {"wire_tx", 0}, {"wire_rx", 0}};
+    const json meta = phase_meta("local_copy", "prefill");
     // a 512-token prompt of 200 ms plus two layers' 4000 ms copies; 50 ms of MoE per layer
     json run = {{"prefill", {{"tokens", 512}, {"ms", 8200.0}}}, {"decode", {{"tokens", 0}, {"ms", 0.0}}}};
     json layers = json::array();
