@@ -118,13 +118,23 @@ TEST(CeilingTool, ReportsEverySplitOfEveryTransportWithTheBoundOfItsShapeAndStop
     EXPECT_FALSE(o.contains("tcp_busy_poll"));
 }
 
-TEST(CeilingTool, AShareOrTransportOutsideItsRangeIsRefusedByName) {
+TEST(CeilingTool, BadFlagsAreRefusedByNameBeforeAnyMeasuring) {
     auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "1.5"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("--moe-share"), std::string::npos) << r.err;
     auto t = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--transports", "rdma"});
     EXPECT_NE(t.exit_code, 0);
     EXPECT_NE(t.err.find("--transports"), std::string::npos) << t.err;
+    auto twice = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--transports", "zeromq,zeromq"});
+    EXPECT_EQ(twice.exit_code, 1);
+    EXPECT_NE(twice.err.find("zeromq is named twice"), std::string::npos) << twice.err;
+    auto cpu = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--host-cpu", "-7"});
+    EXPECT_NE(cpu.exit_code, 0);
+    EXPECT_NE(cpu.err.find("--host-cpu"), std::string::npos) << cpu.err;
+    // an unwritable --out is refused before the measurement, not after it
+    auto out = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--rounds", "100000", "--out", "/nonexistent/x.json"}, 20);
+    EXPECT_EQ(out.exit_code, 1);
+    EXPECT_NE(out.err.find("--out: cannot write /nonexistent/x.json"), std::string::npos) << out.err;
 }
 
 // The bench's flags for the tool come from local's decode phase run: a slot is the MoE's time per step

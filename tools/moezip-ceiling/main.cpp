@@ -122,8 +122,7 @@ nlohmann::json measure(Transport t, const StepShape & shape, int rounds, int wor
         host.stop_worker();
     } catch (const std::exception & e) {
         fprintf(stderr, "moezip-ceiling: error: %s: %s\n", transport_name(t), e.what());
-        kill(worker, SIGKILL);
-        waitpid(worker, nullptr, 0);
+        reap(worker, 0);
         return nullptr;
     }
     const int worker_exit = reap(worker, 5000);
@@ -145,7 +144,7 @@ nlohmann::json measure(Transport t, const StepShape & shape, int rounds, int wor
 } // namespace
 
 int main(int argc, char ** argv) {
-    CLI::App app{"What a host and one worker reach of the Amdahl bound on this machine, over ZeroMQ and busy-polled TCP"};
+    CLI::App app{"What a host and one worker reach of the Amdahl bound on this machine, over ZeroMQ and plain TCP"};
     StepShape shape;
     double moe_share = 0.66;
     int rounds = 60, host_cpu = -1, worker_cpu = -1;
@@ -159,10 +158,25 @@ int main(int argc, char ** argv) {
     app.add_option("--rounds", rounds, "rounds of every split (3 more are run first, untimed)")->check(CLI::Range(1, 100000));
     app.add_option("--transports", transports, "some of zeromq, zeromq_poll, tcp_block, tcp_busy_poll (sim_link.h)")
         ->delimiter(',')->check(CLI::IsMember({"zeromq", "zeromq_poll", "tcp_block", "tcp_busy_poll"}));
-    app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)");
-    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: the CPUs this process may use)");
+    app.add_option("--host-cpu", host_cpu, "pin this process to a CPU (-1: not pinned)")->check(CLI::Range(-1, CPU_SETSIZE - 1));
+    app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: the CPUs this process may use)")
+        ->check(CLI::Range(-1, CPU_SETSIZE - 1));
     app.add_option("--out", out_path, "write the JSON here instead of stdout");
     CLI11_PARSE(app, argc, argv);
+    for (size_t i = 0; i < transports.size(); ++i)
+        for (size_t k = 0; k < i; ++k)
+            if (transports[i] == transports[k]) {
+                fprintf(stderr, "moezip-ceiling: error: --transports: %s is named twice\n", transports[i].c_str());
+                return 1;
+            }
+    std::ofstream out_file;
+    if (!out_path.empty()) {  // before minutes of measuring, not after
+        out_file.open(out_path);
+        if (!out_file) {
+            fprintf(stderr, "moezip-ceiling: error: --out: cannot write %s\n", out_path.c_str());
+            return 1;
+        }
+    }
     // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
     shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
     if (sched_getaffinity(0, sizeof g_start_cpus, &g_start_cpus) != 0) {
@@ -191,8 +205,7 @@ int main(int argc, char ** argv) {
     if (out_path.empty()) {
         fputs(text.c_str(), stdout);
     } else {
-        std::ofstream f(out_path);
-        if (!(f << text)) {
+        if (!(out_file << text)) {
             fprintf(stderr, "moezip-ceiling: error: cannot write %s\n", out_path.c_str());
             return 1;
         }
