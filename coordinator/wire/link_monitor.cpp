@@ -1,4 +1,5 @@
 #include "coordinator/wire/link_monitor.h"
+#include "coordinator/wire/zmq_eintr.h"
 
 #include <atomic>
 #include <cstring>
@@ -32,26 +33,11 @@ void LinkMonitor::stop() {
     if (pair_) pair_.close();
 }
 
-namespace {
-
-// One part, waiting for nothing; a signal's EINTR reads again (the part is still there).
-bool recv_part(zmq::socket_t & pair, zmq::message_t & m) {
-    for (;;) {
-        try {
-            return (bool) pair.recv(m, zmq::recv_flags::dontwait);
-        } catch (const zmq::error_t & e) {
-            if (e.num() != EINTR) throw;
-        }
-    }
-}
-
-} // namespace
-
 int LinkMonitor::drain_disconnects() {
     int n = 0;
     if (!pair_) return 0;
     zmq::message_t event;
-    while (recv_part(pair_, event)) {
+    while (recv_part_through_signals(pair_, event, zmq::recv_flags::dontwait)) {
         uint16_t id = 0;
         if (event.size() >= sizeof id) memcpy(&id, event.data(), sizeof id);
         if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) handshaken_ = true;
@@ -62,7 +48,7 @@ int LinkMonitor::drain_disconnects() {
             ++n;
         }
         // the event's other part (the address) was sent with it: read and drop it
-        for (zmq::message_t rest; event.more() && recv_part(pair_, rest);) event = std::move(rest);
+        for (zmq::message_t rest; event.more() && recv_part_through_signals(pair_, rest, zmq::recv_flags::dontwait);) event = std::move(rest);
     }
     return n;
 }

@@ -2,6 +2,7 @@
 
 #include "coordinator/evidence/trace_link.h"
 #include "coordinator/wire/endpoint_probe.h"
+#include "coordinator/wire/zmq_eintr.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -54,17 +55,6 @@ constexpr int kReplyAfterDisconnectMs = 100;
 
 // How long a send waits for a new connection once the worker closed the last one (see send()).
 constexpr int kReconnectGraceMs = 250;
-
-// One part of a message, sent without blocking; a signal's EINTR sends it again (nothing was queued).
-zmq::send_result_t send_part(zmq::socket_t & sock, zmq::message_t & part, zmq::send_flags flags) {
-    for (;;) {
-        try {
-            return sock.send(part, flags | zmq::send_flags::dontwait);
-        } catch (const zmq::error_t & e) {
-            if (e.num() != EINTR) throw;
-        }
-    }
-}
 
 } // namespace
 
@@ -132,14 +122,7 @@ Status WorkerLink::recv_parts(std::vector<zmq::message_t> & parts) {
     uint64_t dropped = 0;
     for (;;) {
         zmq::message_t m;
-        zmq::recv_result_t got;
-        try {
-            got = sock_->recv(m, zmq::recv_flags::none);
-        } catch (const zmq::error_t & e) {
-            if (e.num() == EINTR) continue;  // a signal: the message is still there
-            throw;
-        }
-        if (!got) break;
+        if (!recv_part_through_signals(*sock_, m, zmq::recv_flags::none)) break;
         const bool more = m.more();
         if (parts.size() < (size_t) kMaxMessageParts) parts.push_back(std::move(m));
         else ++dropped;
@@ -210,7 +193,7 @@ Status WorkerLink::send(MsgHeader & h, const std::vector<std::pair<WireType, Fra
         for (size_t i = 0; i < parts.size(); ++i) {
             bytes += parts[i].size();
             auto flags = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-            if (!send_part(*sock_, parts[i], flags))
+            if (!send_part_through_signals(*sock_, parts[i], flags | zmq::send_flags::dontwait))
                 return Status::io_error(endpoint_ + ": send queue full (worker not connected?)");
         }
         ++stats_.requests;

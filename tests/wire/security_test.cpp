@@ -9,10 +9,17 @@
 
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <random>
+#include <thread>
 
 using namespace moezip_test;
 using nlohmann::json;
@@ -40,6 +47,25 @@ bool hello_answered(WorkerClient & c, int timeout_ms) {
     c.send(simple_frames(moezip::MsgKind::hello, 5, hello_json(kRowsPlan)));
     WorkerReply rep;
     return c.recv(rep, timeout_ms) && rep.h.kind == (uint16_t) moezip::MsgKind::hello_ok;
+}
+
+// The id of the thread of process `pid` whose name (comm) is `name`, or 0.
+int thread_named(int pid, const std::string & name) {
+    for (int i = 0; i < 100; ++i) {  // the thread is started with the socket: named a moment later
+        const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+        if (DIR * d = opendir(tasks.c_str())) {
+            int found = 0;
+            while (dirent * e = readdir(d)) {
+                std::string comm;
+                std::getline(std::ifstream(tasks + "/" + e->d_name + "/comm"), comm);
+                if (e->d_name[0] != '.' && comm == name) found = atoi(e->d_name);
+            }
+            closedir(d);
+            if (found > 0) return found;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
 }
 
 ComputeRequest tiny_request(int32_t a, int32_t b) {
@@ -145,6 +171,42 @@ TEST(Curve, OnlyAllowedCoordinatorKeysAreServedAndRefusalsAreCounted) {
     EXPECT_GE(worker_counter(counters, "key refused"), 2u) << "the intruder's key, twice: " << counters;
     EXPECT_GE(worker_counter(counters, "failed protocol (plain peer, wrong worker key or junk)"), 2u) << counters;
     EXPECT_EQ(counters.find(wk.secret_key), std::string::npos) << "no secret in the worker's output";
+}
+
+// The worker's ZAP handler answers every CURVE handshake on a thread of its own: a signal taken
+// there in the middle of a request's parts left its REP socket half through it, and no handshake
+// after that was answered. That thread now blocks signals (worker_auth.cpp); this test aims them at
+// it (tgkill: a process-directed signal usually lands on the main thread, which handles EINTR).
+TEST(Curve, HandshakesAreAnsweredWhileSignalsAreAimedAtTheZapThread) {
+    const std::string dir = test_dir("curve_signals");
+    const moezip::CurveKeyPair wk = keygen(dir, "worker"), ck = keygen(dir, "coordinator");
+    WorkerProcess w;
+    // signal_every_us installs the SIGALRM handler that does nothing (its timer hits the main thread)
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "tcp://127.0.0.1:*", "--key", dir + "/worker/moezip.key", "--allow",
+                         dir + "/coordinator/moezip.pub"}, dir, {{"MOEZIP_WORKER_FAULT", "signal_every_us=1000000"}})) << w.error();
+    const int zap = thread_named(w.pid(), "moezip-zap");
+    ASSERT_GT(zap, 0) << "no thread moezip-zap in /proc/" << w.pid() << "/task";
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> sent{0};
+    std::thread aim([&]() {
+        while (!done) {
+            if (syscall(SYS_tgkill, w.pid(), zap, SIGALRM) == 0) ++sent;
+            std::this_thread::yield();
+        }
+    });
+    constexpr int kClients = 60;
+    int served = 0;
+    for (int i = 0; i < kClients; ++i) {
+        WorkerClient c(w.endpoint(), w.instance(), "", client_keys(wk, ck));
+        if (hello_answered(c, 5000)) ++served;
+        else break;
+    }
+    done = true;
+    aim.join();
+    EXPECT_GT(sent.load(), 100u) << "signals aimed at the thread";
+    EXPECT_EQ(served, kClients) << "handshakes answered before one was not";
+    ASSERT_EQ(w.stop(SIGTERM, 5000), 0) << w.stderr_text();
+    EXPECT_EQ(worker_counter(w.stderr_text(), "key accepted"), (uint64_t) kClients) << w.stderr_text();
 }
 
 TEST(Curve, ANonLoopbackBindWithoutKeysRefusesToStart) {

@@ -366,7 +366,7 @@ TEST(Worker, SigtermExitsZeroWithinASecond) {
         EXPECT_EQ(ask(c, simple_frames(MsgKind::ping, 1)).h.kind, (uint16_t) MsgKind::pong);
     }
     double ms = 0;
-    EXPECT_EQ(w.stop(SIGTERM, 5000, &ms), 0);
+    EXPECT_EQ(w.stop(SIGTERM, 5000, &ms), 0) << w.stderr_text();
     EXPECT_LT(ms, 1000.0);
     EXPECT_NE(w.stderr_text().find("requests 1 (hello 0, compute 0, ping 1)"), std::string::npos) << w.stderr_text();
 }

@@ -1,12 +1,15 @@
 #include "tools/moezip-worker/serve/worker_auth.h"
 
 #include "coordinator/base/log.h"
+#include "coordinator/wire/zmq_eintr.h"
 
 #include <zmq_addon.hpp>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <pthread.h>
+#include <signal.h>
 
 namespace moezip {
 
@@ -60,7 +63,16 @@ Status ZapHandler::start() {
     } catch (const zmq::error_t & e) {
         return Status::io_error(std::string("ZAP handler: ") + e.what());
     }
-    thread_ = std::thread([this]() { run(); });
+    thread_ = std::thread([this]() {
+        // Signals go to the serving thread, whose loop ends on them: here an EINTR in the middle of
+        // recv_multipart would leave the REP socket half through a request and every later CURVE
+        // handshake unanswered. (libzmq's own threads block every signal the same way.)
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        pthread_setname_np(pthread_self(), "moezip-zap");  // in top -H, gdb and /proc/PID/task/*/comm
+        run();
+    });
     return Status::ok();
 }
 
@@ -138,8 +150,8 @@ void SocketMonitor::count_no_detail(uint32_t err) {
 void SocketMonitor::drain() {
     for (;;) {
         zmq::message_t event, address;
-        if (!pair_.recv(event, zmq::recv_flags::dontwait)) return;
-        if (event.more()) (void) pair_.recv(address, zmq::recv_flags::dontwait);
+        if (!recv_part_through_signals(pair_, event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void) recv_part_through_signals(pair_, address, zmq::recv_flags::dontwait);
         if (event.size() < 6) continue;
         uint16_t id;
         uint32_t value;  // for the handshake events: errno where libzmq saw the failure

@@ -1,6 +1,9 @@
 #include "tools/moezip-worker/serve/worker_fault.h"
 
+#include <sys/time.h>
+
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -50,12 +53,35 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.unsliced_keep_ms = (int) n;
         } else if (key == "cpu_quota_pct" && parse_count(value, 100000, n) && n >= 1) {
             out.cpu_quota_pct = (int) n;
+        } else if (key == "signal_every_us" && parse_count(value, 1000000, n) && n >= 50) {
+            out.signal_every_us = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000)");
+                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000, signal_every_us=50..1000000)");
         }
     }
     return Status::ok();
+}
+
+namespace {
+
+void ignore_signal(int) {}
+
+} // namespace
+
+void worker_fault_signal_timer(int every_us) {
+    if (every_us > 0) {
+        struct sigaction sa = {};
+        sa.sa_handler = ignore_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = 0;  // no SA_RESTART: the point is that calls return EINTR
+        sigaction(SIGALRM, &sa, nullptr);
+    }
+    struct itimerval t = {};
+    t.it_interval.tv_sec = every_us / 1000000;
+    t.it_interval.tv_usec = every_us % 1000000;
+    t.it_value = t.it_interval;
+    setitimer(ITIMER_REAL, &t, nullptr);
 }
 
 } // namespace moezip

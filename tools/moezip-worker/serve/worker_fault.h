@@ -20,6 +20,9 @@
 //                    (model/slice_residency.h), so tests see rows given back and read again quickly
 //   cpu_quota_pct=N  hello_ok states a CPU quota of N % of a core whatever the cgroup says (with
 //                    slow_prefill: a host throttled by a quota, without root to make a cgroup)
+//   signal_every_us=N  while serving, SIGALRM every N us (50..1000000) to a handler that does
+//                    nothing, without SA_RESTART: every ZeroMQ call and wait sees EINTR (a profiler's
+//                    timer, a user's signals; the serving loop must lose no request and no reply)
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
@@ -43,9 +46,13 @@ struct WorkerFaults {
     int prepack_delay_ms = 0; ///< 0..600000: before a shard hello's packing
     int unsliced_keep_ms = -1;  ///< -1 = SliceResidency::kKeepMs; 0..600000
     int cpu_quota_pct = 0;    ///< 0 = the cgroup's; 1..100000: the quota hello_ok states, % of a core
+    int signal_every_us = 0;  ///< 0 = none; 50..1000000: SIGALRM period while serving, us
 };
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.
 Status worker_faults_parse(const char * text, WorkerFaults & out);
+
+/// signal_every_us: arms (every_us > 0) or disarms (0) the SIGALRM interval timer of the process.
+void worker_fault_signal_timer(int every_us);
 
 } // namespace moezip

@@ -6,6 +6,7 @@
 #include "tools/moezip-worker/serve/worker_hello.h"
 #include "tools/moezip-worker/request/worker_plan.h"
 #include "tools/moezip-worker/serve/worker_socket.h"
+#include "coordinator/wire/zmq_eintr.h"
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -101,9 +102,9 @@ private:
 void Server::send_reply(zmq::message_t & identity, MsgHeader & h, zmq::message_t * data) {
     h.instance = opt_.instance;  // every reply says which process answered
     c_.bytes_out += sizeof h + (data ? data->size() : 0);
-    sock_.send(identity, zmq::send_flags::sndmore);
-    sock_.send(zmq::const_buffer(&h, sizeof h), data ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    if (data) sock_.send(*data, zmq::send_flags::none);
+    send_part_through_signals(sock_, identity, zmq::send_flags::sndmore);
+    send_part_through_signals(sock_, zmq::const_buffer(&h, sizeof h), data ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (data) send_part_through_signals(sock_, *data, zmq::send_flags::none);
 }
 
 void Server::send_error(zmq::message_t & identity, const MsgHeader * h, ErrorCode code, const std::string & message) {
@@ -343,11 +344,11 @@ void Server::refuse_stopping(Incoming & in) {
 // kMaxMessageParts are received and freed at once (libzmq hands over a multipart message only once
 // it has all of it, so this bounds what the worker keeps, not what libzmq held).
 bool recv_capped(zmq::socket_t & sock, Incoming & in, WorkerCounters & c) {
-    if (!sock.recv(in.identity, zmq::recv_flags::dontwait)) return false;
+    if (!recv_part_through_signals(sock, in.identity, zmq::recv_flags::dontwait)) return false;
     bool more = in.identity.more();
     while (more) {
         zmq::message_t part;
-        if (!sock.recv(part, zmq::recv_flags::dontwait)) break;  // never: the rest of a message is there
+        if (!recv_part_through_signals(sock, part, zmq::recv_flags::dontwait)) break;  // never: the rest of a message is there
         more = part.more();
         in.bytes += part.size();
         if (in.parts.size() < (size_t) kMaxMessageParts) in.parts.push_back(std::move(part));
@@ -439,10 +440,12 @@ Status worker_serve(const WorkerServerOptions & opt, const WorkerModel & model, 
             sock.bind(opt.bind);
             Server server(sock, opt, model, engine, counters);
             on_ready(sock.get(zmq::sockopt::last_endpoint));
+            worker_fault_signal_timer(opt.faults.signal_every_us);
             st = serve_loop(sock, *monitor, server, counters);
         } catch (const zmq::error_t & e) {
             st = Status::io_error(opt.bind + ": " + e.what());
         }
+        if (opt.faults.signal_every_us > 0) worker_fault_signal_timer(0);
         if (monitor) monitor->close();
         // Replies already queued (the request computed when the signal came, the `stopping` answers)
         // may take up to kStopLingerMs to leave; then the socket closes whatever is left.
