@@ -23,14 +23,11 @@ ModelMapPopulation populate_model_map(const Config & cfg, char * addr, size_t le
         out.why_not = "the mapping does not start at the file's beginning";
         return out;
     }
-    char link[64], path[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    const ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) {
-        out.why_not = std::string("cannot name the mapped file: ") + strerror(errno);
-        return out;
-    }
-    path[n] = 0;
+    // The tensor table is read through the descriptor's own link, not the name it points to: that
+    // name may be gone (a file deleted after it was opened, O_TMPFILE, memfd: "... (deleted)"), or
+    // another file by now (a model replaced on disk while this one loads).
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     GgmlApi api;
     void * base = loaded_object_handle(loaded_object_path("libggml-base"));
     if (base == nullptr || !ggml_api_bind_base(api, base)) {

@@ -76,6 +76,7 @@ struct Session {
     uint64_t lazy_map_bytes = 0;  // bytes of model mappings made without MAP_POPULATE (under rss_mu)
     uint64_t model_populated_bytes = 0, model_skipped_bytes = 0;  // of which made resident / left to the workers
     uint64_t model_populated_pmd_bytes = 0;  // of the populated bytes, mapped by 2 MiB entries right after
+    std::string model_populate_error;        // the last lazy map's reason for populating nothing or not all
     bool model_hugepage_advised = false;     // MADV_HUGEPAGE taken on a lazily mapped model
 };
 
@@ -278,6 +279,7 @@ void write_report(Session & s, bool complete) {
         mem["model_skipped_bytes"] = s.model_skipped_bytes;
         mem["model_populated_pmd_mapped_bytes"] = s.model_populated_pmd_bytes;
         mem["model_hugepage_advised"] = s.model_hugepage_advised;
+        if (!s.model_populate_error.empty()) mem["model_populate_error"] = s.model_populate_error;
     }
     j["memory"] = mem;
     j["state"] = s.state == State::active ? "active" : "passthrough";
@@ -522,6 +524,7 @@ void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {
         s.model_skipped_bytes += m.skipped_bytes;
         s.model_populated_pmd_bytes += m.populated_pmd_bytes;
         s.model_hugepage_advised = s.model_hugepage_advised || m.hugepage_advised;
+        if (!m.why_not.empty()) s.model_populate_error = m.why_not;
     }
     if (m.why_not.empty())
         LOG_INFO("experts mode: mapped the model (%.1f MiB) without the workers' experts: %.1f MiB made resident (%.1f MiB of "

@@ -17,6 +17,10 @@
 //   moezip-test-host pause -m A.gguf --pause-file P
 //       generate, create P.ready, wait (at most 60 s) until P.go exists, generate again on the same
 //       context: a test can change the world (restart a worker) while the host is idle
+//   moezip-test-host deleted -m A.gguf --json OUT
+//       copy A next to OUT, open the copy, delete it, load it as /proc/self/fd/N and generate (a
+//       model read from a file already gone: a replaced download, O_TMPFILE; its fd's link
+//       reads "... (deleted)"). The run is recorded under A's name.
 //
 // The JSON: {"runs": [{"model", "context", "tokens": [...], "logits_xxh3": ["16 hex", ...]}]}.
 // Exit 0 when every generation finished, 1 when one failed (the error on stderr), 2 on bad flags.
@@ -29,12 +33,15 @@
 #include <nlohmann/json.hpp>
 
 #include <execinfo.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <pthread.h>
@@ -206,6 +213,24 @@ int scenario_exit_mid_decode(const Args & a) {
     exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
 }
 
+int scenario_deleted(const Args & a) {
+    if (a.json.empty()) return fail("deleted", Status::invalid_argument("needs --json (the copy is made beside it)"));
+    const std::string copy = a.json + ".model-copy";
+    {
+        std::ifstream in(a.models[0], std::ios::binary);
+        std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+        out << in.rdbuf();
+        if (!in || !out) return fail("deleted", Status::io_error("cannot copy " + a.models[0] + " to " + copy));
+    }
+    const int fd = open(copy.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || unlink(copy.c_str()) != 0) return fail("deleted", Status::io_error(copy + ": " + strerror(errno)));
+    Loaded l;
+    Status st = load(a, "/proc/self/fd/" + std::to_string(fd), l);
+    if (st) st = generate_into(l.ctx, a, a.models[0], 0);
+    if (!st) return fail("deleted", st);
+    return 0;  // fd closed at exit, after the model
+}
+
 // Pause k (from 1) writes P.ready and waits for P.go; pauses after the first use P-k.ready, P-k.go.
 int scenario_pause(const Args & a) {
     Loaded l;
@@ -263,8 +288,8 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode or pause")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause or deleted")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "deleted"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
@@ -290,6 +315,7 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "signals") rc = scenario_signals(a);
     else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
     else if (a.scenario == "pause") rc = scenario_pause(a);
+    else if (a.scenario == "deleted") rc = scenario_deleted(a);
     if (!a.json.empty()) std::ofstream(a.json) << nlohmann::json{{"runs", g_runs}}.dump(1) << "\n";
     llama_backend_free();
     return rc;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -194,6 +195,30 @@ TEST(Signals, EintrResumesTheWaitForAWorker) {
     EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
     EXPECT_EQ(rep["errors"]["count"], 0) << rep["errors"].dump();
     for (const auto & w : rep["workers"]) EXPECT_EQ(w["failures"], 0) << w.dump();
+}
+
+// A model opened and then deleted (a download replaced under the host, O_TMPFILE) and loaded as
+// /proc/self/fd/N: the fd's link reads "... (deleted)". Experts mode read the tensor table through
+// that name, could not, and populated nothing, with the reason only on stderr (breaker helper-34).
+TEST(DeletedModel, IsPopulatedExceptTheWorkersExpertsAndDistributed) {
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    Cluster c{test_dir("deleted_model"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    CommandResult plain = run_command(test_host("deleted", {model}, c.dir + "/plain.json"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult r = run_preloaded(test_host("deleted", {model}, c.dir + "/dist-run.json"),
+                                    write_moezip_config(c.dir, "dist", "require_intercept = true\nmode = \"experts\"\n" +
+                                                                           worker_lines(c, {"0-3", "4-7"})));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json"));
+    const json mem = load_json(c.dir + "/dist.json")["memory"];
+    std::ifstream f(model, std::ios::binary | std::ios::ate);
+    const uint64_t file_bytes = (uint64_t) f.tellg();
+    EXPECT_EQ(mem["model_mapped_lazily_bytes"].get<uint64_t>(), file_bytes) << mem.dump();
+    EXPECT_GT(mem["model_skipped_bytes"].get<uint64_t>(), 0u) << "the workers' experts left out: " << mem.dump();
+    EXPECT_EQ(mem["model_populated_bytes"].get<uint64_t>() + mem["model_skipped_bytes"].get<uint64_t>(), file_bytes) << mem.dump();
+    EXPECT_FALSE(mem.contains("model_populate_error")) << mem.dump();
 }
 
 namespace {
