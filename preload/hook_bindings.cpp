@@ -5,6 +5,8 @@
 #include "preload/engine_locate.h"
 #include "preload/import_binding.h"
 
+#include <cstring>
+
 namespace moezip {
 
 namespace {
@@ -28,15 +30,23 @@ nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
     const std::string self = object_path_of(reinterpret_cast<const void *>(&hook_bindings));
     nlohmann::json j = nlohmann::json::object();
     for (const HookImport & imp : kHookImports) {
-        const std::string bound = import_bound_to(imp.object, imp.symbol);
-        const std::string key = std::string(imp.object) + ":" + imp.symbol;
-        if (bound.empty()) j[key] = "not bound yet";
-        else if (bound == self) j[key] = "moezip";
-        else {
-            j[key] = "bypassed: bound to " + bound;
-            bypassed.push_back(std::string(imp.object) + " calls " + imp.symbol + " in " + bound + ", not in moezip's preload (" +
-                               imp.lost + "; loaded with RTLD_DEEPBIND?)");
+        // every loaded caller (CPU backend variants: the one in use and any the host loaded itself);
+        // one bound past the hooks is a bypass whichever the others are
+        std::string value = "not bound yet";
+        for (const ImportBinding & b : import_bindings(imp.object, imp.symbol)) {
+            if (b.bound.empty()) continue;
+            if (b.bound == self) {
+                if (value == "not bound yet") value = "moezip";
+                continue;
+            }
+            const bool itself = b.bound == b.caller;
+            if (value.rfind("bypassed", 0) != 0) value = "bypassed: bound to " + b.bound + (itself ? " (its own definition)" : "");
+            const char * file = strrchr(b.caller.c_str(), '/');
+            bypassed.push_back(std::string(file ? file + 1 : b.caller.c_str()) + " calls " + imp.symbol + " in " +
+                               (itself ? "its own definition" : b.bound) + ", not in moezip's preload (" + imp.lost +
+                               "; loaded with RTLD_DEEPBIND?)");
         }
+        j[std::string(imp.object) + ":" + imp.symbol] = value;
     }
     return j;
 }

@@ -13,8 +13,10 @@ namespace moezip {
 
 /// For ggml_graph_compute (called from libggml-cpu), ggml_backend_sched_graph_compute_async and
 /// ggml_backend_buffer_free (from libllama): "moezip", "not bound yet" (lazy binding, never called)
-/// or "bypassed: bound to <object path>", keyed "<object>:<symbol>". Each bypassed call also appends
-/// to `bypassed` a sentence naming the objects and what moezip cannot do without that call.
+/// or "bypassed: bound to <object path>" (with " (its own definition)" for a CPU variant deep-bound
+/// to itself), keyed "<object>:<symbol>"; with several callers loaded (CPU variants) one bypassed
+/// is enough. Each bypassed caller also appends to `bypassed` a sentence naming the objects and
+/// what moezip cannot do without that call.
 nlohmann::json hook_bindings(std::vector<std::string> & bypassed);
 
 } // namespace moezip

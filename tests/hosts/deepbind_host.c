@@ -3,10 +3,12 @@
  * engine: every function comes from dlsym. It loads a model, decodes a prompt and N steps greedily
  * and prints the generated token ids.
  *
- *   moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too]
+ *   moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only]
  *
  * With --variants-too the CPU backend variants (libggml-cpu-*.so) are dlopened with RTLD_DEEPBIND
  * first too, so that even the backend's own call of ggml_graph_compute stays inside the engine.
+ * With --variants-only only they are: libllama and libggml are loaded without RTLD_DEEPBIND and
+ * meet the preload's hooks, the CPU backend's call of its own ggml_graph_compute does not.
  *
  * Exit 0 when the run finished, 1 on an engine error, 2 on bad arguments. A process whose engine
  * is bound past moezip's hooks this way cannot be distributed: the preload must say so. */
@@ -26,10 +28,12 @@
 static void quiet(enum ggml_log_level level, const char * text, void * data) { (void) level; (void) text; (void) data; }
 
 int main(int argc, char ** argv) {
-    if (argc < 3) { fprintf(stderr, "usage: moezip-deepbind-host ENGINE_DIR MODEL.gguf [N]\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only]\n"); return 2; }
     const int n_predict = argc > 3 ? atoi(argv[3]) : 8;
     char path[4096];
-    if (argc > 4 && strcmp(argv[4], "--variants-too") == 0) {
+    const int variants_only = argc > 4 && strcmp(argv[4], "--variants-only") == 0;
+    const int engine_flags = variants_only ? RTLD_NOW | RTLD_LOCAL : RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+    if (argc > 4 && (strcmp(argv[4], "--variants-too") == 0 || variants_only)) {
         DIR * d = opendir(argv[1]);
         struct dirent * e;
         while (d != NULL && (e = readdir(d)) != NULL) {
@@ -40,9 +44,9 @@ int main(int argc, char ** argv) {
         if (d != NULL) closedir(d);
     }
     snprintf(path, sizeof path, "%s/libllama.v0.4.0.so", argv[1]);
-    void * llama = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void * llama = dlopen(path, engine_flags);
     snprintf(path, sizeof path, "%s/libggml.v0.4.0.so", argv[1]);
-    void * ggml = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void * ggml = dlopen(path, engine_flags);
     if (llama == NULL || ggml == NULL) { fprintf(stderr, "deepbind-host: %s\n", dlerror()); return 1; }
     LOAD(ggml, ggml_backend_load_all_from_path)
     LOAD(llama, llama_log_set) LOAD(llama, llama_backend_init) LOAD(llama, llama_model_default_params)

@@ -340,6 +340,30 @@ TEST(Deepbind, WhenOnlyLibllamaIsDeepboundGraphsAreHandledAndTheLostHooksAreName
     EXPECT_EQ(rep["hook_bindings"]["libllama:ggml_backend_buffer_free"].get<std::string>().find("bypassed"), 0u) << rep["hook_bindings"].dump();
 }
 
+TEST(Deepbind, ACpuVariantDeepboundToItselfIsNamedAsTheBypass) {
+    // Only the CPU backend variants are dlopened with RTLD_DEEPBIND: libllama meets the hooks, the
+    // backend's call of its own ggml_graph_compute does not, so no graph is intercepted. That slot
+    // holds the variant's own definition, which was read as "not bound yet" (its own PLT) and the
+    // bypass went unnamed (breaker helper-34).
+    if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("deepbind_variants_only");
+    const std::string engine = engine_dir();
+    CommandResult plain = run_command({bin_path("moezip-deepbind-host"), engine, model, "6", "--variants-only"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult r = run_preloaded({bin_path("moezip-deepbind-host"), engine, model, "6", "--variants-only"},
+                                    write_moezip_config(dir, "variants", "mode = \"local\"\nrequire_intercept = true\n"));
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_EQ(plain.out, r.out) << "the engine's own output is untouched";
+    const json rep = load_json(dir + "/variants.json");
+    const std::string cpu = rep["hook_bindings"]["libggml-cpu:ggml_graph_compute"].get<std::string>();
+    EXPECT_EQ(cpu.find("bypassed: bound to "), 0u) << rep["hook_bindings"].dump();
+    EXPECT_NE(cpu.find("libggml-cpu"), std::string::npos) << cpu;
+    EXPECT_NE(cpu.find("(its own definition)"), std::string::npos) << cpu;
+    EXPECT_EQ(rep["hook_bindings"]["libllama:ggml_backend_sched_graph_compute_async"], "moezip") << rep["hook_bindings"].dump();
+    EXPECT_NE(r.err.find("calls ggml_graph_compute in its own definition"), std::string::npos) << r.err;
+}
+
 // ---- C11: endpoints that cannot be reached -------------------------------------------------------
 
 TEST(Endpoints, AnUnreachableWorkerIsNamedWithTheCause) {
