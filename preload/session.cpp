@@ -256,9 +256,14 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
 
 void write_report(Session & s, bool complete) {
     if (s.report_path.empty() || getpid() != s.pid) return;  // never write another process's report
+    // A periodic report may be the last one (a host killed by a signal it does not handle runs no
+    // exit handler): it carries the bindings as they are now; at exit at_exit reads them once more.
+    std::vector<std::string> bypassed_now;
+    const nlohmann::json bindings_now = complete ? nlohmann::json() : hook_bindings(bypassed_now);
     nlohmann::json j;
     {
         std::lock_guard<std::mutex> lock(s.ev_mu);
+        if (!complete) s.ev.hook_bindings = bindings_now;
         s.ev.sched_graphs = s.sched_graphs.load();
         j = evidence_to_json(s.ev, complete);
     }

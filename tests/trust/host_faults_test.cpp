@@ -364,6 +364,28 @@ TEST(Deepbind, ACpuVariantDeepboundToItselfIsNamedAsTheBypass) {
     EXPECT_NE(r.err.find("calls ggml_graph_compute in its own definition"), std::string::npos) << r.err;
 }
 
+TEST(PeriodicReport, CarriesTheHookBindingsAsTheyAreThen) {
+    // A host killed by a signal it does not handle (llama.cpp's programs on SIGTERM) leaves the last
+    // periodic report: its hook_bindings were {} (read at exit only; breaker helper-34).
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("periodic_bindings");
+    const std::string pause = dir + "/pause";
+    CommandResult host;
+    std::thread t = start_paused_host(host, model, dir + "/run.json", pause,
+                                      write_moezip_config(dir, "local", "mode = \"local\"\nrequire_intercept = true\nreport_flush_ms = 1\n"));
+    const json during = load_json(dir + "/local.json");  // the host waits for pause.go: the last periodic report
+    std::ofstream(pause + ".go") << "go\n";
+    t.join();
+    ASSERT_EQ(host.exit_code, 0) << host.err;
+    EXPECT_EQ(during["complete"], false) << during.dump();
+    const json & bound = during["hook_bindings"];
+    EXPECT_EQ(bound.value("libggml-cpu:ggml_graph_compute", ""), "moezip") << bound.dump();
+    EXPECT_EQ(bound.value("libllama:ggml_backend_sched_graph_compute_async", ""), "moezip") << bound.dump();
+    const json after = load_json(dir + "/local.json");
+    EXPECT_EQ(after["complete"], true);
+    EXPECT_EQ(after["hook_bindings"], during["hook_bindings"]);
+}
+
 // ---- C11: endpoints that cannot be reached -------------------------------------------------------
 
 TEST(Endpoints, AnUnreachableWorkerIsNamedWithTheCause) {
