@@ -132,9 +132,27 @@ TEST(CeilingTool, BadFlagsAreRefusedByNameBeforeAnyMeasuring) {
     EXPECT_NE(cpu.exit_code, 0);
     EXPECT_NE(cpu.err.find("--host-cpu"), std::string::npos) << cpu.err;
     // an unwritable --out is refused before the measurement, not after it
-    auto out = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--rounds", "100000", "--out", "/nonexistent/x.json"}, 20);
+    auto out = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--rounds", "100000", "--max-minutes", "1440", "--out", "/nonexistent/x.json"}, 20);
     EXPECT_EQ(out.exit_code, 1);
     EXPECT_NE(out.err.find("--out: cannot write /nonexistent/x.json"), std::string::npos) << out.err;
+}
+
+// A shape that measures for hours was taken and ran with no word of its length (breaker helper-34).
+TEST(CeilingTool, ARunLongerThanMaxMinutesIsRefusedWithItsLengthBeforeMeasuring) {
+    // 1 layer, top-2: splits_to_try gives one node (2 slots) and one slot each way with both waits;
+    // slot 1 ms, p 0.5 so the rest of a step is 2 ms: 4 + 3 + 3 = 10 ms a round, 10 rounds with the
+    // 3 untimed ones, on 2 transports
+    moezip_ceiling::StepShape s;
+    s.n_layers = 1;
+    s.n_used = 2;
+    s.slot_ms = 1;
+    s.non_moe_ms = 2;
+    EXPECT_DOUBLE_EQ(moezip_ceiling::run_floor_ms(s, 7, 2), 200.0);
+    auto r = run_tool("moezip-ceiling", {"--layers", "512", "--n-embd", "65536", "--slot-ms", "1", "--out", test_dir("ceiling_long") + "/c.json"}, 20);
+    EXPECT_EQ(r.exit_code, 1);
+    // 60 + 3 rounds of 35 splits, 512 layers, 4 transports: about 697 minutes at the least
+    EXPECT_NE(r.err.find("take at least 697 minutes of measuring, over --max-minutes 30"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::ifstream(test_dir("ceiling_long") + "/c.json").good()) << "refused before --out is written";
 }
 
 // The bench's flags for the tool come from local's decode phase run: a slot is the MoE's time per step

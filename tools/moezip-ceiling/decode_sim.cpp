@@ -64,6 +64,15 @@ std::vector<Split> splits_to_try(int n_used) {
     return out;
 }
 
+double run_floor_ms(const StepShape & shape, int rounds, size_t n_transports) {
+    double round_ms = 0;
+    for (const Split & s : splits_to_try(shape.n_used)) {
+        const double slots = s.one_node ? shape.n_used : std::max(s.host_slots, shape.n_used - s.host_slots);
+        round_ms += shape.non_moe_ms + shape.n_layers * slots * shape.slot_ms;
+    }
+    return round_ms * (rounds + 3) * (double) n_transports;
+}
+
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());

@@ -147,7 +147,7 @@ int main(int argc, char ** argv) {
     CLI::App app{"What a host and one worker reach of the Amdahl bound on this machine, over ZeroMQ and plain TCP"};
     StepShape shape;
     double moe_share = 0.66;
-    int rounds = 60, host_cpu = -1, worker_cpu = -1;
+    int rounds = 60, host_cpu = -1, worker_cpu = -1, max_minutes = 30;
     std::vector<std::string> transports = {"zeromq", "zeromq_poll", "tcp_block", "tcp_busy_poll"};
     std::string out_path;
     app.add_option("--slot-ms", shape.slot_ms, "one slot's compute (ms)")->check(CLI::Range(0.001, 100.0));
@@ -162,6 +162,8 @@ int main(int argc, char ** argv) {
     app.add_option("--worker-cpu", worker_cpu, "pin the worker to a CPU (-1: the CPUs this process may use)")
         ->check(CLI::Range(-1, CPU_SETSIZE - 1));
     app.add_option("--out", out_path, "write the JSON here instead of stdout");
+    app.add_option("--max-minutes", max_minutes, "refuse a shape and rounds whose measuring takes longer than this at least")
+        ->check(CLI::Range(1, 1440));
     CLI11_PARSE(app, argc, argv);
     for (size_t i = 0; i < transports.size(); ++i)
         for (size_t k = 0; k < i; ++k)
@@ -169,6 +171,17 @@ int main(int argc, char ** argv) {
                 fprintf(stderr, "moezip-ceiling: error: --transports: %s is named twice\n", transports[i].c_str());
                 return 1;
             }
+    // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
+    shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
+    const double floor_s = run_floor_ms(shape, rounds, transports.size()) / 1000;
+    if (floor_s > max_minutes * 60.0) {
+        fprintf(stderr, "moezip-ceiling: error: this shape and --rounds %d take at least %.0f minutes of measuring, over "
+                        "--max-minutes %d: lower --rounds, --layers or --slot-ms, or raise --max-minutes\n",
+                rounds, floor_s / 60, max_minutes);
+        return 1;
+    }
+    fprintf(stderr, "moezip-ceiling: %zu transport%s, at least %.0f s of measuring\n", transports.size(),
+            transports.size() == 1 ? "" : "s", floor_s);
     std::ofstream out_file;
     if (!out_path.empty()) {  // before minutes of measuring, not after
         out_file.open(out_path);
@@ -177,8 +190,6 @@ int main(int argc, char ** argv) {
             return 1;
         }
     }
-    // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
-    shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
     if (sched_getaffinity(0, sizeof g_start_cpus, &g_start_cpus) != 0) {
         fprintf(stderr, "moezip-ceiling: error: cannot read this process's CPUs\n");
         return 1;
