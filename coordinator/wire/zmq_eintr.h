@@ -15,39 +15,31 @@
 
 namespace moezip {
 
-/// Receives one part into `m` as sock.recv would (an empty result: none waiting with dontwait);
-/// EINTR receives again. Other errors throw zmq::error_t.
-inline zmq::recv_result_t recv_part_through_signals(zmq::socket_t & sock, zmq::message_t & m, zmq::recv_flags flags) {
+/// Calls `call` (one ZeroMQ send or receive) until it returns without EINTR; other errors throw
+/// zmq::error_t as cppzmq does.
+template <class Call> auto retry_through_signals(Call call) -> decltype(call()) {
     for (;;) {
         try {
-            return sock.recv(m, flags);
+            return call();
         } catch (const zmq::error_t & e) {
             if (e.num() != EINTR) throw;
         }
     }
 }
 
-/// Sends one part as sock.send would (an empty result: not queued with dontwait); EINTR sends
-/// again. Other errors throw zmq::error_t.
+/// Receives one part into `m` as sock.recv would (an empty result: none waiting with dontwait).
+inline zmq::recv_result_t recv_part_through_signals(zmq::socket_t & sock, zmq::message_t & m, zmq::recv_flags flags) {
+    return retry_through_signals([&] { return sock.recv(m, flags); });
+}
+
+/// Sends one part as sock.send would (an empty result: not queued with dontwait).
 inline zmq::send_result_t send_part_through_signals(zmq::socket_t & sock, zmq::message_t & m, zmq::send_flags flags) {
-    for (;;) {
-        try {
-            return sock.send(m, flags);
-        } catch (const zmq::error_t & e) {
-            if (e.num() != EINTR) throw;
-        }
-    }
+    return retry_through_signals([&] { return sock.send(m, flags); });
 }
 
 /// The same for a buffer the call copies (the header of a reply).
 inline zmq::send_result_t send_part_through_signals(zmq::socket_t & sock, zmq::const_buffer b, zmq::send_flags flags) {
-    for (;;) {
-        try {
-            return sock.send(b, flags);
-        } catch (const zmq::error_t & e) {
-            if (e.num() != EINTR) throw;
-        }
-    }
+    return retry_through_signals([&] { return sock.send(b, flags); });
 }
 
 } // namespace moezip
