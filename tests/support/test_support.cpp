@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -249,6 +251,16 @@ std::string read_file(const std::string & path) {
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
+}
+
+bool wait_for_file(const std::string & path, int timeout_ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        struct stat st;
+        if (stat(path.c_str(), &st) == 0 && st.st_size > 0) return true;
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
 }
 
 std::string upcycled_stories(int n_expert, int n_used, const std::string & experts) {

@@ -97,4 +97,8 @@ std::string sha256_file(const std::string & path);
 /// Reads a whole file ("" if unreadable).
 std::string read_file(const std::string & path);
 
+/// Waits until `path` exists and is not empty (a worker's delay_marker, a host's pause file),
+/// polling every 5 ms; false after timeout_ms.
+bool wait_for_file(const std::string & path, int timeout_ms);
+
 } // namespace moezip_test

@@ -492,7 +492,9 @@ TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {
     // reply still queued (linger 0), and the coordinator waited its whole timeout (5 s, 20 s).
     std::string dir = test_dir("worker_sigterm_in_flight");
     WorkerProcess w;
-    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=800"}}));
+    const std::string held = dir + "/held";
+    std::remove(held.c_str());
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=800,delay_marker=" + held}}));
     WorkerClient c(w.endpoint(), w.instance());
     ComputeRequest first = random_request(0, 1, 71), second = random_request(0, 1, 72);
     moezip::MsgHeader h1 = compute_header(first, c.instance()), h2 = compute_header(second, c.instance());
@@ -500,7 +502,8 @@ TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {
     h2.request_id = 1002;
     c.send(compute_frames(h1, first));
     c.send(compute_frames(h2, second));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first is being answered (its delay)
+    ASSERT_TRUE(wait_for_file(held, 10000)) << "the first request is in its delay";
+    EXPECT_EQ(read_file(held), "1001\n") << "only the first";
     int code = -1;
     std::thread stopper([&]() { code = w.stop(SIGTERM, 5000); });
     const auto t0 = std::chrono::steady_clock::now();

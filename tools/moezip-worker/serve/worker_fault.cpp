@@ -43,6 +43,8 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.exit_after = n;
         } else if (key == "delay_ms" && parse_count(value, 600000, n)) {
             out.delay_ms = (int) n;
+        } else if (key == "delay_marker" && !value.empty()) {
+            out.delay_marker = value;
         } else if (key == "slow" && parse_count(value, 100, n) && n >= 1) {
             out.slow = (int) n;
         } else if (key == "slow_prefill" && parse_count(value, 100, n) && n >= 1) {
@@ -57,7 +59,7 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
             out.signal_every_us = (int) n;
         } else {
             return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": bad item '" + item +
-                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000, signal_every_us=50..1000000)");
+                                            "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, delay_marker=PATH, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000, signal_every_us=50..1000000)");
         }
     }
     return Status::ok();

@@ -10,6 +10,8 @@
 //   exit_after=N     after answering N compute requests, _exit(1) on the next one without replying
 //                    (a worker dying mid-run)
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
+//   delay_marker=PATH  with delay_ms: append the request id to PATH as the delay starts (a test
+//                    then acts while the request is held, instead of sleeping and hoping)
 //   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
 //                    replying (a host N times slower, for the automatic shares' tests)
 //   slow_prefill=N   the same for requests of more than 8 rows only (a host throttled under
@@ -29,6 +31,7 @@
 #include "coordinator/base/status.h"
 
 #include <cstdint>
+#include <string>
 
 namespace moezip {
 
@@ -41,6 +44,7 @@ struct WorkerFaults {
     bool nudge_result = false;
     int64_t exit_after = -1;  ///< -1 = never
     int delay_ms = 0;         ///< 0..600000
+    std::string delay_marker; ///< "" = none: the file a delayed request's id is appended to
     int slow = 1;             ///< 1..100: compute time multiplied by this
     int slow_prefill = 1;     ///< 1..100: the same for requests of more than 8 rows
     int prepack_delay_ms = 0; ///< 0..600000: before a shard hello's packing

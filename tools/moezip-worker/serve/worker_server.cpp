@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <new>
 #include <sys/random.h>
@@ -185,7 +186,10 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
         const int64_t us = micros_since(t_compute);
         usleep((useconds_t) (std::max<int64_t>(us - (st ? (int64_t) reply.setup_us : 0), 0) * (slow - 1)));
     }
-    if (opt_.faults.delay_ms > 0) usleep((useconds_t) opt_.faults.delay_ms * 1000);
+    if (opt_.faults.delay_ms > 0) {
+        if (!opt_.faults.delay_marker.empty()) std::ofstream(opt_.faults.delay_marker, std::ios::app) << h.request_id << "\n";
+        usleep((useconds_t) opt_.faults.delay_ms * 1000);
+    }
     // A mapping reads the file as it is while the kernels run: a change during the compute (even one
     // written back before the next request, its modification time set back) may be in the result,
     // which no digest covers. It is dropped; the next request or hello checks the file again.
