@@ -308,7 +308,11 @@ void Dispatcher::note_refusal(Worker & w, const std::string & why) {
 
 bool Dispatcher::replaced_since_refusal(Worker & w, const MoeRegion & r) {
     const auto now = std::chrono::steady_clock::now();
-    if (now < w.refused_probe_at) return false;
+    // The refused process closed its connection (it exited, or was stopped to be replaced): what
+    // answers next is another process, worth a hello at once rather than at the end of a back-off
+    // that has doubled up to 30 s over a long run.
+    const bool went_away = w.link && w.link->saw_disconnect();
+    if (now < w.refused_probe_at && !went_away) return false;
     w.refused_backoff_ms = std::min(std::max(w.refused_backoff_ms, 500) * 2, 30000);
     w.refused_probe_at = now + std::chrono::milliseconds(w.refused_backoff_ms);
     ensure_link(w, r);

@@ -126,6 +126,11 @@ public:
     /// Closes the socket (linger 0) and connects a fresh one.
     void reset();
 
+    /// Reads the disconnect monitor now: true when a connection to the worker that had completed
+    /// its handshake closed since the last look (by send, recv or this call). A refused worker's
+    /// process that exits or is killed says so here, before any request goes to it.
+    bool saw_disconnect() { return note_disconnects(); }
+
 private:
     /// Opens and connects the socket; a signal's EINTR opens it again (see open_once).
     void open();
