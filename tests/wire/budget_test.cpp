@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -256,6 +257,25 @@ std::vector<int> idle_connections(const std::string & endpoint, int n) {
     return fds;
 }
 
+// Waits until fd's non-blocking connect completed (writable); false after timeout_ms.
+bool connected(int fd, int timeout_ms) {
+    pollfd p = {fd, POLLOUT, 0};
+    return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLOUT);
+}
+
+// Reads (and drops: the worker's ZMTP greeting) until the worker closes fd; false after timeout_ms.
+bool closed_by_worker(int fd, int timeout_ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    char buf[256];
+    while (std::chrono::steady_clock::now() < until) {
+        pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 20) != 1) continue;
+        const ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+    }
+    return false;
+}
+
 // Seconds until a CURVE hello with good keys is answered (-1: not within timeout_s).
 double seconds_to_served(const std::string & endpoint, const moezip::CurveKeyPair & worker, const moezip::CurveKeyPair & coord, int timeout_s) {
     zmq::context_t ctx(1);
@@ -327,13 +347,18 @@ TEST(Budget, HandshakeFailuresAreCountedByTheirCause) {
     const std::string dir = test_dir("budget_handshake_causes");
     WorkerProcess w;
     ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "tcp://127.0.0.1:*", "--handshake-ms", "400"}, dir)) << w.error();
+    // closed by this side as soon as they are connected, well inside the 400 ms handshake time
     std::vector<int> left = idle_connections(w.endpoint(), 4);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (int fd : left) close(fd);
+    for (int fd : left) {
+        EXPECT_TRUE(connected(fd, 5000));
+        close(fd);
+    }
+    // left silent until the worker's handshake timer closes them (no sleep standing for it)
     std::vector<int> idle = idle_connections(w.endpoint(), 3);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-    for (int fd : idle) close(fd);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int fd : idle) {
+        EXPECT_TRUE(closed_by_worker(fd, 10000)) << "the worker closes a silent connection after --handshake-ms";
+        close(fd);
+    }
     ASSERT_EQ(w.stop(SIGTERM, 5000), 0);
     const std::string text = w.stderr_text();
     EXPECT_EQ(worker_counter(text, "closed by the peer"), 4u) << text;

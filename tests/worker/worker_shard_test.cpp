@@ -185,11 +185,15 @@ TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
             ASSERT_TRUE(other.recv(rep, 20000));
             EXPECT_EQ(rep.h.kind, (uint16_t) MsgKind::hello_ok) << rep.text();
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle: the queue is packed
+        // idle: the queue is packed; the worker says how many once it is empty (the hello_ok came
+        // before the 1 s delay, so a fixed sleep had half a second to spare)
+        const std::string packed = shared ? "4 shard slices packed ahead" : "2 shard slices packed ahead";
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (a.stderr_text().find("shard slices packed ahead") == std::string::npos && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         ASSERT_EQ(a.stop(SIGTERM, 5000), 0);
         EXPECT_NE(a.stderr_text().find(bytes(shared ? 128 + 256 : 256)), std::string::npos) << a.stderr_text();
-        EXPECT_NE(a.stderr_text().find(shared ? "4 shard slices packed ahead" : "2 shard slices packed ahead"), std::string::npos)
-            << a.stderr_text();
+        EXPECT_NE(a.stderr_text().find(packed), std::string::npos) << a.stderr_text();
     }
 }
 
