@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -144,7 +145,10 @@ TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
     ASSERT_EQ(run_command({"/bin/cp", tiny_model(), model}).exit_code, 0);
     ASSERT_EQ(run_command({"/bin/cp", tiny_model(), original}).exit_code, 0);
     WorkerProcess w;
-    ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir, {{"MOEZIP_WORKER_FAULT", "delay_ms=1500"}}))
+    const std::string held = dir + "/held";
+    std::remove(held.c_str());
+    ASSERT_TRUE(w.start({"--model", model, "--bind", "ipc://" + dir + "/w.sock", "--mmap"}, dir,
+                        {{"MOEZIP_WORKER_FAULT", "delay_ms=1500,delay_marker=" + held}}))
         << w.error();
     WorkerClient c(w.endpoint(), w.instance());
     const ComputeRequest r = random_request(0, 2, 92);
@@ -154,7 +158,13 @@ TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
     ASSERT_EQ(stat(model.c_str(), &st0), 0);
     bool rewritten = false;
     std::thread rewrite([&]() {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // inside the 1.5 s the request holds
+        // inside the 1.5 s the second request is held (the marker's second line), not after a guess
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        auto lines = [&]() {
+            const std::string text = read_file(held);
+            return std::count(text.begin(), text.end(), '\n');
+        };
+        while (lines() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         const bool a = run_command({"/bin/dd", "if=" + other, "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
         const bool b = run_command({"/bin/dd", "if=" + original, "of=" + model, "conv=notrunc", "status=none"}).exit_code == 0;
         const struct timespec times[2] = {st0.st_atim, st0.st_mtim};
