@@ -26,14 +26,22 @@ constexpr HookImport kHookImports[] = {
 
 } // namespace
 
-nlohmann::json hook_bindings(std::vector<std::string> & bypassed) {
+nlohmann::json hook_bindings(std::vector<std::string> & bypassed, const std::string & cpu_variant_in_use) {
     const std::string self = object_path_of(reinterpret_cast<const void *>(&hook_bindings));
     nlohmann::json j = nlohmann::json::object();
     for (const HookImport & imp : kHookImports) {
-        // every loaded caller (CPU backend variants: the one in use and any the host loaded itself);
-        // one bound past the hooks is a bypass whichever the others are
+        // every loaded caller: CPU backend variants may be several (the one in use, and any the host
+        // loaded itself); once graphs have told which one computes, only that one counts (a variant
+        // nobody calls, deep-bound to itself, is no bypass: breaker helper-36)
+        std::vector<ImportBinding> callers = import_bindings(imp.object, imp.symbol);
+        if (!cpu_variant_in_use.empty() && strcmp(imp.object, "libggml-cpu") == 0) {
+            std::vector<ImportBinding> in_use;
+            for (const ImportBinding & b : callers)
+                if (b.caller == cpu_variant_in_use) in_use.push_back(b);
+            if (!in_use.empty()) callers = in_use;
+        }
         std::string value = "not bound yet";
-        for (const ImportBinding & b : import_bindings(imp.object, imp.symbol)) {
+        for (const ImportBinding & b : callers) {
             if (b.bound.empty()) continue;
             if (b.bound == self) {
                 if (value == "not bound yet") value = "moezip";

@@ -15,8 +15,10 @@ namespace moezip {
 /// ggml_backend_buffer_free (from libllama): "moezip", "not bound yet" (lazy binding, never called)
 /// or "bypassed: bound to <object path>" (with " (its own definition)" for a CPU variant deep-bound
 /// to itself), keyed "<object>:<symbol>"; with several callers loaded (CPU variants) one bypassed
-/// is enough. Each bypassed caller also appends to `bypassed` a sentence naming the objects and
+/// is enough, unless the variant in use is known. Each bypassed caller also appends to `bypassed` a sentence naming the objects and
 /// what moezip cannot do without that call.
-nlohmann::json hook_bindings(std::vector<std::string> & bypassed);
+/// `cpu_variant_in_use`: the path of the CPU variant whose graphs moezip handled ("" before any):
+/// then only that variant's call is read, not those of variants loaded but never used.
+nlohmann::json hook_bindings(std::vector<std::string> & bypassed, const std::string & cpu_variant_in_use = "");
 
 } // namespace moezip

@@ -254,12 +254,19 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
 }
 
+// The CPU variant whose graphs reached the hooks ("" when none did).
+std::string variant_in_use(Session & s) {
+    if (s.state != State::active) return "";
+    std::lock_guard<std::mutex> lock(s.ev_mu);
+    return s.ev.variant.path;
+}
+
 void write_report(Session & s, bool complete) {
     if (s.report_path.empty() || getpid() != s.pid) return;  // never write another process's report
     // A periodic report may be the last one (a host killed by a signal it does not handle runs no
     // exit handler): it carries the bindings as they are now; at exit at_exit reads them once more.
     std::vector<std::string> bypassed_now;
-    const nlohmann::json bindings_now = complete ? nlohmann::json() : hook_bindings(bypassed_now);
+    const nlohmann::json bindings_now = complete ? nlohmann::json() : hook_bindings(bypassed_now, variant_in_use(s));
     nlohmann::json j;
     {
         std::lock_guard<std::mutex> lock(s.ev_mu);
@@ -346,7 +353,7 @@ void at_exit() {
     s.exiting = true;
     transport_stop_waiting();  // a thread waiting for a worker gives up now, not after timeout_ms
     std::vector<std::string> bypassed;
-    nlohmann::json bindings = hook_bindings(bypassed);
+    nlohmann::json bindings = hook_bindings(bypassed, variant_in_use(s));
     if (s.state == State::uninit) {
         // Not one graph reached the hooks. Quiet unless the engine's calls are bound past them.
         if (bypassed.empty()) return;

@@ -3,12 +3,15 @@
  * engine: every function comes from dlsym. It loads a model, decodes a prompt and N steps greedily
  * and prints the generated token ids.
  *
- *   moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only]
+ *   moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only | --unused-variant]
  *
  * With --variants-too the CPU backend variants (libggml-cpu-*.so) are dlopened with RTLD_DEEPBIND
  * first too, so that even the backend's own call of ggml_graph_compute stays inside the engine.
  * With --variants-only only they are: libllama and libggml are loaded without RTLD_DEEPBIND and
  * meet the preload's hooks, the CPU backend's call of its own ggml_graph_compute does not.
+ * With --unused-variant only the baseline variant libggml-cpu-x64.so is dlopened with RTLD_DEEPBIND
+ * and the engine without: ggml picks its best variant for this CPU, which meets the hooks, and the
+ * deep-bound one is loaded but never computes (unless x64 is this CPU's best).
  *
  * Exit 0 when the run finished, 1 on an engine error, 2 on bad arguments. A process whose engine
  * is bound past moezip's hooks this way cannot be distributed: the preload must say so. */
@@ -28,11 +31,16 @@
 static void quiet(enum ggml_log_level level, const char * text, void * data) { (void) level; (void) text; (void) data; }
 
 int main(int argc, char ** argv) {
-    if (argc < 3) { fprintf(stderr, "usage: moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only]\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: moezip-deepbind-host ENGINE_DIR MODEL.gguf [N] [--variants-too | --variants-only | --unused-variant]\n"); return 2; }
     const int n_predict = argc > 3 ? atoi(argv[3]) : 8;
     char path[4096];
     const int variants_only = argc > 4 && strcmp(argv[4], "--variants-only") == 0;
-    const int engine_flags = variants_only ? RTLD_NOW | RTLD_LOCAL : RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+    const int unused_variant = argc > 4 && strcmp(argv[4], "--unused-variant") == 0;
+    const int engine_flags = variants_only || unused_variant ? RTLD_NOW | RTLD_LOCAL : RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+    if (unused_variant) {
+        snprintf(path, sizeof path, "%s/libggml-cpu-x64.so", argv[1]);
+        if (dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) == NULL) { fprintf(stderr, "deepbind-host: %s\n", dlerror()); return 1; }
+    }
     if (argc > 4 && (strcmp(argv[4], "--variants-too") == 0 || variants_only)) {
         DIR * d = opendir(argv[1]);
         struct dirent * e;

@@ -386,6 +386,28 @@ TEST(PeriodicReport, CarriesTheHookBindingsAsTheyAreThen) {
     EXPECT_EQ(after["hook_bindings"], during["hook_bindings"]);
 }
 
+TEST(Deepbind, AnUnusedVariantDeepboundToItselfIsNoBypassWhenGraphsAreHandled) {
+    // breaker helper-36: a variant loaded with RTLD_DEEPBIND that never computes (the engine uses
+    // its best one, which meets the hooks) was reported as the bypass, with a warning that no graph
+    // could be intercepted, over a run whose every graph was.
+    if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";
+    const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
+    const std::string dir = test_dir("deepbind_unused_variant");
+    const std::string engine = engine_dir();
+    CommandResult plain = run_command({bin_path("moezip-deepbind-host"), engine, model, "6", "--unused-variant"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    CommandResult r = run_preloaded({bin_path("moezip-deepbind-host"), engine, model, "6", "--unused-variant"},
+                                    write_moezip_config(dir, "unused", "mode = \"local\"\nrequire_intercept = true\n"));
+    const json rep = load_json(dir + "/unused.json");
+    if (rep["engine"].value("cpu_variant", "") == "x64") GTEST_SKIP() << "x64 is this CPU's best variant: it is the one in use";
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(plain.out, r.out);
+    EXPECT_EQ(rep["state"], "active");
+    EXPECT_EQ(rep["checks"]["regions_handled"], 12);
+    EXPECT_EQ(rep["hook_bindings"].value("libggml-cpu:ggml_graph_compute", ""), "moezip") << rep["hook_bindings"].dump();
+    EXPECT_EQ(r.err.find("in its own definition"), std::string::npos) << r.err;
+}
+
 // ---- C11: endpoints that cannot be reached -------------------------------------------------------
 
 TEST(Endpoints, AnUnreachableWorkerIsNamedWithTheCause) {
