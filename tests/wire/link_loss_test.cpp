@@ -93,7 +93,7 @@ TEST(LinkLoss, AReplySentJustBeforeTheWorkerExitsIsTakenOrTheWaitEndsAtOnce) {
         const std::string held = dir + "/held";
         std::remove(held.c_str());
         ASSERT_TRUE(w.start({"--model", model, "--bind", "tcp://127.0.0.1:*"}, dir,
-                            {{"MOEZIP_WORKER_FAULT", "delay_ms=600,delay_marker=" + held}}))
+                            {{"MOEZIP_WORKER_FAULT", "delay_ms=300,delay_marker=" + held}}))
             << w.error();
         zmq::context_t ctx(1);
         moezip::WorkerLink link(ctx, w.endpoint(), 20000);

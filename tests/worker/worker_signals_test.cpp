@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 
 using namespace moezip_test;
@@ -50,4 +51,28 @@ TEST(WorkerSignals, ASignalEvery50UsLosesNoRequestAndNoReplyAndSigtermStillExits
     EXPECT_NE(counters.find("requests 1301 (hello 1, compute 1000, ping 300)"), std::string::npos) << counters;
     EXPECT_EQ(worker_counter(counters, "errors"), 0u) << counters;
     EXPECT_EQ(counters.find("Interrupted system call"), std::string::npos) << counters;
+}
+
+// breaker helper-36: the fault sleeps (delay_ms, slow, prepack_delay_ms) were usleep, which ends at
+// the first EINTR: with signal_every_us they lasted microseconds, and a test combining the two
+// tested nothing.
+TEST(WorkerSignals, AFaultsDelayLastsItsWholeTimeThroughSignals) {
+    const std::string dir = test_dir("worker_signal_delay");
+    WorkerProcess w;
+    ASSERT_TRUE(start_worker(w, dir, {}, {{"MOEZIP_WORKER_FAULT", "delay_ms=300,signal_every_us=100"}}));
+    WorkerClient c(w.endpoint(), w.instance());
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(ask_compute(c, random_request(0, 1, 61)).h.kind, (uint16_t) MsgKind::result);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(ms, 300.0) << "the delay was cut short by the signals";
+}
+
+TEST(WorkerSignals, ADelayMarkerWithoutADelayOrAPlaceToWriteIsRefusedAtStart) {
+    CommandResult alone = run_command({bin_path("moezip-worker"), "--model", tiny_model()}, {{"MOEZIP_WORKER_FAULT", "delay_marker=/tmp/x"}}, 60);
+    EXPECT_EQ(alone.exit_code, 2);
+    EXPECT_NE(alone.err.find("it needs delay_ms=N"), std::string::npos) << alone.err;
+    CommandResult nowhere = run_command({bin_path("moezip-worker"), "--model", tiny_model()},
+                                        {{"MOEZIP_WORKER_FAULT", "delay_ms=5,delay_marker=/nonexistent/dir/x"}}, 60);
+    EXPECT_EQ(nowhere.exit_code, 2);
+    EXPECT_NE(nowhere.err.find("delay_marker=/nonexistent/dir/x: cannot write it"), std::string::npos) << nowhere.err;
 }

@@ -3,6 +3,9 @@
 #include <sys/time.h>
 
 #include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <thread>
 #include <csignal>
 #include <cstdlib>
 #include <sstream>
@@ -62,7 +65,16 @@ Status worker_faults_parse(const char * text, WorkerFaults & out) {
                                             "' (known: corrupt_result, tamper_result, nudge_result, exit_after=N, delay_ms=0..600000, delay_marker=PATH, slow=1..100, slow_prefill=1..100, prepack_delay_ms=0..600000, unsliced_keep_ms=0..600000, cpu_quota_pct=1..100000, signal_every_us=50..1000000)");
         }
     }
+    if (!out.delay_marker.empty() && out.delay_ms == 0)
+        return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": delay_marker=" + out.delay_marker +
+                                        " marks a delay: it needs delay_ms=N (N > 0)");
+    if (!out.delay_marker.empty() && !std::ofstream(out.delay_marker, std::ios::app))
+        return Status::invalid_argument(std::string(kWorkerFaultEnv) + ": delay_marker=" + out.delay_marker + ": cannot write it");
     return Status::ok();
+}
+
+void fault_sleep_us(int64_t us) {
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));  // libstdc++ resumes nanosleep after EINTR
 }
 
 namespace {

@@ -11,7 +11,8 @@
 //                    (a worker dying mid-run)
 //   delay_ms=N       sleep N ms before each compute reply (timeouts)
 //   delay_marker=PATH  with delay_ms: append the request id to PATH as the delay starts (a test
-//                    then acts while the request is held, instead of sleeping and hoping)
+//                    then acts while the request is held, instead of sleeping and hoping); an
+//                    error without delay_ms, and the worker refuses to start when PATH is not writable
 //   slow=N           each compute takes N times as long: sleeps (N-1) x its compute time before
 //                    replying (a host N times slower, for the automatic shares' tests)
 //   slow_prefill=N   the same for requests of more than 8 rows only (a host throttled under
@@ -55,6 +56,10 @@ struct WorkerFaults {
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.
 Status worker_faults_parse(const char * text, WorkerFaults & out);
+
+/// A fault's sleep (delay_ms, slow, prepack_delay_ms), us: the whole of it, through signals (usleep
+/// ended at the first EINTR, so signal_every_us cancelled the other faults: breaker helper-36).
+void fault_sleep_us(int64_t us);
 
 /// signal_every_us: arms (every_us > 0) or disarms (0) the SIGALRM interval timer of the process.
 void worker_fault_signal_timer(int every_us);

@@ -184,11 +184,11 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
     const int slow = h.n_rows > 8 ? std::max(opt_.faults.slow, opt_.faults.slow_prefill) : opt_.faults.slow;
     if (slow > 1) {  // the compute slower, not the packing (setup_us), which a slower CPU would not make setup
         const int64_t us = micros_since(t_compute);
-        usleep((useconds_t) (std::max<int64_t>(us - (st ? (int64_t) reply.setup_us : 0), 0) * (slow - 1)));
+        fault_sleep_us(std::max<int64_t>(us - (st ? (int64_t) reply.setup_us : 0), 0) * (slow - 1));
     }
     if (opt_.faults.delay_ms > 0) {
         if (!opt_.faults.delay_marker.empty()) std::ofstream(opt_.faults.delay_marker, std::ios::app) << h.request_id << "\n";
-        usleep((useconds_t) opt_.faults.delay_ms * 1000);
+        fault_sleep_us((int64_t) opt_.faults.delay_ms * 1000);
     }
     // A mapping reads the file as it is while the kernels run: a change during the compute (even one
     // written back before the next request, its modification time set back) may be in the result,
@@ -270,7 +270,7 @@ void Server::handle_hello(Incoming & in, const MsgHeader & h, const void * frame
     send_reply(in.identity, r, &json);
     // a shard plan's slices are packed between the requests that follow (serve_loop), one at a time
     if (shard_plan) {
-        if (opt_.faults.prepack_delay_ms > 0) usleep((useconds_t) opt_.faults.prepack_delay_ms * 1000);
+        if (opt_.faults.prepack_delay_ms > 0) fault_sleep_us((int64_t) opt_.faults.prepack_delay_ms * 1000);
         const int queued = compute_.queue_prepack(to_pack, who);
         if (queued > 0) {
             if (!packing_) packing_since_ = std::chrono::steady_clock::now(), packed_ahead_ = 0;
