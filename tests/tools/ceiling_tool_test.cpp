@@ -147,11 +147,26 @@ TEST(CeilingTool, ARunLongerThanMaxMinutesIsRefusedWithItsLengthBeforeMeasuring)
     s.n_used = 2;
     s.slot_ms = 1;
     s.non_moe_ms = 2;
-    EXPECT_DOUBLE_EQ(moezip_ceiling::run_floor_ms(s, 7, 2), 200.0);
+    // and the bytes of the two worker calls at 10 GB/s: 2 headers of 152 + 4000 of hidden state + 16
+    // of ids and weights + one 4000-byte slot output = 8320 bytes, 0.000832 ms, in 10 rounds x 2
+    // transports
+    s.n_embd = 1000;
+    EXPECT_NEAR(moezip_ceiling::run_floor_ms(s, 7, 2), 200.0 + 2 * 0.000832 * 10 * 2, 1e-9);
     auto r = run_tool("moezip-ceiling", {"--layers", "512", "--n-embd", "65536", "--slot-ms", "1", "--out", test_dir("ceiling_long") + "/c.json"}, 20);
     EXPECT_EQ(r.exit_code, 1);
-    // 60 + 3 rounds of 35 splits, 512 layers, 4 transports: about 697 minutes at the least
-    EXPECT_NE(r.err.find("take at least 697 minutes of measuring, over --max-minutes 30"), std::string::npos) << r.err;
+    // 60 + 3 rounds of 35 splits, 512 layers, 4 transports: about 697 minutes of compute, and 10 more
+    // of bytes: per round and layer 34 requests of 262512 bytes and 148 slot outputs of 262144
+    // (the worker's 2 to 6 slots, rounded up, of 17 splits with both waits) at 10 GB/s
+    EXPECT_NE(r.err.find("take at least 708 minutes of measuring, over --max-minutes 30"), std::string::npos) << r.err;
+    // bytes alone: a slot of 1 us, but 64 outputs of 256 KiB per layer (breaker helper-36: it said
+    // 'at least 5 s' and ran for minutes)
+    auto bytes = run_tool("moezip-ceiling", {"--slot-ms", "0.001", "--layers", "512", "--n-used", "64", "--n-embd", "65536",
+                                              "--rounds", "1", "--transports", "zeromq", "--max-minutes", "1"}, 20);
+    EXPECT_EQ(bytes.exit_code, 1);
+    EXPECT_NE(bytes.err.find("over --max-minutes 1"), std::string::npos) << bytes.err;
+    auto nan = run_tool("moezip-ceiling", {"--slot-ms", "nan"}, 20);
+    EXPECT_EQ(nan.exit_code, 1);
+    EXPECT_NE(nan.err.find("--slot-ms: not a number"), std::string::npos) << nan.err;
     EXPECT_FALSE(std::ifstream(test_dir("ceiling_long") + "/c.json").good()) << "refused before --out is written";
 }
 

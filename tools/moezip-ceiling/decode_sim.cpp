@@ -3,6 +3,7 @@
 #include "spin.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace moezip_ceiling {
 
@@ -69,6 +70,11 @@ double run_floor_ms(const StepShape & shape, int rounds, size_t n_transports) {
     for (const Split & s : splits_to_try(shape.n_used)) {
         const double slots = s.one_node ? shape.n_used : std::max(s.host_slots, shape.n_used - s.host_slots);
         round_ms += shape.non_moe_ms + shape.n_layers * slots * shape.slot_ms;
+        if (s.one_node) continue;
+        // what layer_call moves: the request and one [n_embd] f32 output per worker slot, each with a header
+        const double bytes = 2.0 * sizeof(SimHeader) + shape.n_embd * 4.0 + shape.n_used * 8.0 +
+                             shape.n_embd * 4.0 * std::ceil(shape.n_used - s.host_slots);
+        round_ms += shape.n_layers * bytes / kFloorBytesPerMs;
     }
     return round_ms * (rounds + 3) * (double) n_transports;
 }

@@ -65,9 +65,13 @@ class HostSim {
 /// slots (clamped to [1, n_used - 1]), each with both waits.
 std::vector<Split> splits_to_try(int n_used);
 
+/// Bytes a ms that no transport here moves faster (10 GB/s: loopback TCP and ZeroMQ copy each byte
+/// more than once at a few GB/s): the floor's price of a transfer.
+constexpr double kFloorBytesPerMs = 10e6;
+
 /// The least a run takes, ms: every split of splits_to_try(n_used), rounds + 3 times, on each of
-/// n_transports, each step at least its compute: the rest of the step plus, per layer, the slower
-/// side's slots (one node: all of them). Transfers and wake-ups come on top, so it is a floor.
+/// n_transports, each step at least its compute (the rest of the step plus, per layer, the slower
+/// side's slots; one node: all of them) and its bytes at kFloorBytesPerMs. Wake-ups come on top.
 double run_floor_ms(const StepShape & shape, int rounds, size_t n_transports);
 
 /// The median of v (the mean of the two middle values for an even count); 0 for an empty vector.

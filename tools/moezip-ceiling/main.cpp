@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sched.h>
@@ -171,6 +172,12 @@ int main(int argc, char ** argv) {
                 fprintf(stderr, "moezip-ceiling: error: --transports: %s is named twice\n", transports[i].c_str());
                 return 1;
             }
+    // CLI::Range compares, and NaN fails every comparison: it came through, and so past the floor
+    for (const auto & [flag, v] : {std::make_pair("--slot-ms", shape.slot_ms), std::make_pair("--moe-share", moe_share)})
+        if (std::isnan(v)) {
+            fprintf(stderr, "moezip-ceiling: error: %s: not a number\n", flag);
+            return 1;
+        }
     // p = moe / (moe + rest), so the rest of a step follows from p and the MoE's own time
     shape.non_moe_ms = shape.moe_ms() * (1 - moe_share) / moe_share;
     const double floor_s = run_floor_ms(shape, rounds, transports.size()) / 1000;
@@ -182,13 +189,12 @@ int main(int argc, char ** argv) {
     }
     fprintf(stderr, "moezip-ceiling: %zu transport%s, at least %.0f s of measuring\n", transports.size(),
             transports.size() == 1 ? "" : "s", floor_s);
-    std::ofstream out_file;
-    if (!out_path.empty()) {  // before minutes of measuring, not after
-        out_file.open(out_path);
-        if (!out_file) {
-            fprintf(stderr, "moezip-ceiling: error: --out: cannot write %s\n", out_path.c_str());
-            return 1;
-        }
+    // checked before minutes of measuring, not after; written at the end through a temporary file,
+    // so a run stopped half way leaves an earlier result as it was
+    const std::string out_tmp = out_path + ".tmp";
+    if (!out_path.empty() && !(std::ofstream(out_path, std::ios::app) && std::ofstream(out_tmp))) {
+        fprintf(stderr, "moezip-ceiling: error: --out: cannot write %s\n", out_path.c_str());
+        return 1;
     }
     if (sched_getaffinity(0, sizeof g_start_cpus, &g_start_cpus) != 0) {
         fprintf(stderr, "moezip-ceiling: error: cannot read this process's CPUs\n");
@@ -216,7 +222,10 @@ int main(int argc, char ** argv) {
     if (out_path.empty()) {
         fputs(text.c_str(), stdout);
     } else {
-        if (!(out_file << text)) {
+        std::ofstream out_file(out_tmp);
+        out_file << text;
+        out_file.close();
+        if (!out_file || rename(out_tmp.c_str(), out_path.c_str()) != 0) {
             fprintf(stderr, "moezip-ceiling: error: cannot write %s\n", out_path.c_str());
             return 1;
         }
