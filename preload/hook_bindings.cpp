@@ -40,21 +40,22 @@ nlohmann::json hook_bindings(std::vector<std::string> & bypassed, const std::str
                 if (b.caller == cpu_variant_in_use) in_use.push_back(b);
             if (!in_use.empty()) callers = in_use;
         }
-        std::string value = "not bound yet";
+        bool to_moezip = false;
+        std::string first_bypass;  // the value names the first caller bound past the hooks
         for (const ImportBinding & b : callers) {
-            if (b.bound.empty()) continue;
+            if (b.bound.empty()) continue;  // lazy, never called yet
             if (b.bound == self) {
-                if (value == "not bound yet") value = "moezip";
+                to_moezip = true;
                 continue;
             }
             const bool itself = b.bound == b.caller;
-            if (value.rfind("bypassed", 0) != 0) value = "bypassed: bound to " + b.bound + (itself ? " (its own definition)" : "");
+            if (first_bypass.empty()) first_bypass = "bypassed: bound to " + b.bound + (itself ? " (its own definition)" : "");
             const char * file = strrchr(b.caller.c_str(), '/');
             bypassed.push_back(std::string(file ? file + 1 : b.caller.c_str()) + " calls " + imp.symbol + " in " +
                                (itself ? "its own definition" : b.bound) + ", not in moezip's preload (" + imp.lost +
                                "; loaded with RTLD_DEEPBIND?)");
         }
-        j[std::string(imp.object) + ":" + imp.symbol] = value;
+        j[std::string(imp.object) + ":" + imp.symbol] = !first_bypass.empty() ? first_bypass : to_moezip ? "moezip" : "not bound yet";
     }
     return j;
 }

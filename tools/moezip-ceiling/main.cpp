@@ -192,9 +192,13 @@ int main(int argc, char ** argv) {
     // checked before minutes of measuring, not after; written at the end through a temporary file,
     // so a run stopped half way leaves an earlier result as it was
     const std::string out_tmp = out_path + ".tmp";
-    if (!out_path.empty() && !(std::ofstream(out_path, std::ios::app) && std::ofstream(out_tmp))) {
-        fprintf(stderr, "moezip-ceiling: error: --out: cannot write %s\n", out_path.c_str());
-        return 1;
+    if (!out_path.empty()) {
+        const bool writable = std::ofstream(out_path, std::ios::app) && std::ofstream(out_tmp);
+        std::remove(out_tmp.c_str());  // made again at the end: a run stopped before leaves none behind
+        if (!writable) {
+            fprintf(stderr, "moezip-ceiling: error: --out: cannot write %s\n", out_path.c_str());
+            return 1;
+        }
     }
     if (sched_getaffinity(0, sizeof g_start_cpus, &g_start_cpus) != 0) {
         fprintf(stderr, "moezip-ceiling: error: cannot read this process's CPUs\n");

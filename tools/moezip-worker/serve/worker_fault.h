@@ -55,6 +55,8 @@ struct WorkerFaults {
 };
 
 /// Parses the variable's text (nullptr or "" = no faults). Errors: invalid_argument naming the item.
+/// Creates delay_marker's file (empty) to know it can be written: a test waiting for it then fails
+/// at the worker's start, not at its own timeout.
 Status worker_faults_parse(const char * text, WorkerFaults & out);
 
 /// A fault's sleep (delay_ms, slow, prepack_delay_ms), us: the whole of it, through signals (usleep
