@@ -77,12 +77,12 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror 
 FUZZ         := $(BUILD)/fuzz
 FUZZ_TARGETS := config request reply
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/wire/fuzz_test.cpp only
-FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) coordinator/base/status.cpp \
+FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) provider_map/status.cpp \
                     coordinator/base/log.cpp
 FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request/request_check.cpp coordinator/wire/protocol.cpp \
-                    coordinator/config/expert_range.cpp coordinator/base/status.cpp \
+                    coordinator/config/expert_range.cpp provider_map/status.cpp \
                     tools/moezip-worker/request/worker_plan.cpp tools/moezip-worker/request/worker_budget.cpp coordinator/modes/split.cpp
-FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp
+FUZZ_SRC_reply   := tests/fuzz/reply_fuzz.cpp coordinator/wire/protocol.cpp provider_map/status.cpp
 FUZZ_SRC_selftest := tests/fuzz/selftest_fuzz.cpp
 FUZZ_SECONDS ?= 300
 
@@ -177,7 +177,7 @@ fuzz: all
 fuzz-seeds: $(FUZZ)/fuzz_seeds
 	$(FUZZ)/fuzz_seeds tests/fuzz/corpus
 
-$(FUZZ)/fuzz_seeds: tests/fuzz/fuzz_seeds.cpp coordinator/wire/protocol.cpp coordinator/base/status.cpp tests/fuzz/fuzz_message.h
+$(FUZZ)/fuzz_seeds: tests/fuzz/fuzz_seeds.cpp coordinator/wire/protocol.cpp provider_map/status.cpp tests/fuzz/fuzz_message.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -std=c++17 -O1 -Wall -Wextra -Werror -o $@ $(filter %.cpp,$^) -lxxhash
 

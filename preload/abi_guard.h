@@ -14,9 +14,9 @@
 //     build-time engine's, and abi_probe_layout() reads back what the engine built as compiled.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
-#include "preload/engine_pin.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
+#include "provider_map/engine_pin.h"
 
 #include <string>
 

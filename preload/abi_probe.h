@@ -5,8 +5,8 @@
 // names another op or a graph struct of another shape shows up as a difference.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 
 namespace moezip {
 

@@ -4,7 +4,7 @@
 #include "coordinator/memory/page_cache.h"
 #include "coordinator/memory/weight_release.h"
 #include "coordinator/modes/split.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 #include "preload/engine_locate.h"
 #include "provider_map/gguf_expert_layout.h"
 

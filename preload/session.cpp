@@ -9,7 +9,7 @@
 #include "coordinator/modes/split.h"
 #include "coordinator/memory/weight_release.h"
 #include "preload/abi_guard.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 #include "preload/engine_locate.h"
 #include "preload/hook_bindings.h"
 #include "preload/model_map_populate.h"

@@ -6,8 +6,8 @@
 // places tensor i at gguf_get_data_offset + gguf_get_tensor_offset(i) in the file (gguf.h).
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 
 #include <cstdint>
 #include <string>

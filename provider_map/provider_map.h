@@ -16,7 +16,7 @@
 // slots are properties of each graph (a warmup graph routes every expert), not of the plan.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "provider_map/moe_region.h"
 
 #include <cstdint>

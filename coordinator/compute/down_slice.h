@@ -14,7 +14,7 @@
 #pragma once
 
 #include "coordinator/memory/anonymous_memory.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 
 #include "ggml.h"
 

@@ -17,7 +17,7 @@
 
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/modes/region_handler.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 
 #include <atomic>
 #include <mutex>

@@ -15,8 +15,8 @@
 // The slot sum is done separately (moe_sum_slots) in slot order, as the engine's ADD chain does.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 
 #include <cstdint>
 #include <vector>

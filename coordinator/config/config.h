@@ -8,7 +8,7 @@
 
 #include "coordinator/config/expert_range.h"
 #include "coordinator/base/log.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <map>

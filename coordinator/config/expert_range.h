@@ -3,7 +3,7 @@
 // `blk.N.ffn_*_exps.weight` [n_embd, n_ff, n_expert] (src/llama-graph.cpp, build_moe_ffn), 0-based.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <string>
 #include <vector>

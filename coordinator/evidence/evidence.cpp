@@ -1,6 +1,6 @@
 #include "coordinator/evidence/evidence.h"
 
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 
 #include <algorithm>
 #include <cstdio>

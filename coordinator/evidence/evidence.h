@@ -6,7 +6,7 @@
 #pragma once
 
 #include "coordinator/base/hex.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "provider_map/provider_map.h"
 
 #include "ggml.h"

@@ -17,7 +17,7 @@
 // a pointer threaded through every constructor. Only the session starts it; moezip-worker never does.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <nlohmann/json.hpp>
 

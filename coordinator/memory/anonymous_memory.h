@@ -10,7 +10,7 @@
 // (docs/performance.md, "The coordinator's own experts in huge pages").
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstddef>
 #include <string>

@@ -21,7 +21,7 @@
 // SIGBUS in the touching loop, as in the engine.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <string>

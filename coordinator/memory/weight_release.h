@@ -13,7 +13,7 @@
 // memory; a writable or private copy) is never released: MADV_DONTNEED would discard the only copy.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include "ggml.h"
 

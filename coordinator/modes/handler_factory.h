@@ -4,7 +4,7 @@
 #include "coordinator/config/config.h"
 #include "coordinator/dispatch/dispatcher.h"
 #include "coordinator/modes/region_handler.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 
 #include <memory>
 

@@ -4,7 +4,7 @@
 
 #include "coordinator/evidence/evidence.h"
 #include "coordinator/compute/moe_exec.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "provider_map/moe_region.h"
 
 #include <chrono>

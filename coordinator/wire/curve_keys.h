@@ -13,7 +13,7 @@
 // Secret keys are read only here and handed to libzmq; nothing logs or reports them.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <string>
 #include <vector>

@@ -24,7 +24,7 @@
 #pragma once
 
 #include "coordinator/base/hex.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstddef>
 #include <cstdint>

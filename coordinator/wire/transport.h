@@ -18,7 +18,7 @@
 #include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/link_monitor.h"
 #include "coordinator/wire/protocol.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <zmq.hpp>
 

@@ -5,7 +5,7 @@
 // refused by name.
 #include "tests/support/cluster.h"
 #include "tests/support/engine_support.h"
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // libmoezip.so under the unmodified engine host (moezip-run): observe vs local must give the same
 // logits bit for bit on every weight type, and the report must show every MoE region intercepted.
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 #include "tests/support/cluster.h"
 
 #include <gtest/gtest.h>

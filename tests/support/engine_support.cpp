@@ -1,6 +1,6 @@
 #include "tests/support/engine_support.h"
 
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,3 +1,3 @@
 #include <gtest/gtest.h>
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 TEST(Status, NamesItsKind) { EXPECT_EQ(moezip::Status::timeout("x").to_string(), "timeout: x"); }

@@ -4,7 +4,7 @@
 
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 
 #include <zmq.hpp>
 

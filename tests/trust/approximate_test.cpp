@@ -2,7 +2,7 @@
 // (here the haswell library of the node-llama-cpp build, alone in an engine folder of symlinks) is
 // refused in exact mode with the reason, and accepted in approximate mode, where its results are
 // checked by verify_every within the tolerances and the report names it and its measured error.
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 #include "tests/support/cluster.h"
 
 #include <gtest/gtest.h>

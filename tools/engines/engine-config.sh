@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resolves the engine moezip is built for (make ENGINE=...) and writes what the build needs:
 #   BUILD/engine.mk           ENGINE_NAME, ENGINE_KIND, ENGINE_BIN, ENGINE_SRC, ENGINE_LINK for the Makefile
-#   BUILD/gen/engine_pin.inc  the engine's identity compiled into moezip (preload/engine_pin.cpp)
+#   BUILD/gen/engine_pin.inc  the engine's identity compiled into moezip (provider_map/engine_pin.cpp)
 #   BUILD/engine.json         the same for tests and people
 # Files are rewritten only when their content changes (every object depends on engine.mk).
 #

@@ -9,7 +9,7 @@
 // tool knows an arch by name.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-fixture/fixture_config.h"
 
 #include "gguf.h"

@@ -3,7 +3,7 @@
 // keys they are written to (src/llama-arch.cpp, LLM_KV_*).
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include "ggml.h"
 

@@ -5,7 +5,7 @@
 // (src/llama-model-loader.cpp finds the other files from the first one's name and checks them).
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-fixture/fixture_meta.h"
 
 #include <cstdint>

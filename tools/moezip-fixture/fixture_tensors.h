@@ -4,7 +4,7 @@
 // fixture_arch.h.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-fixture/fixture_arch.h"
 #include "tools/moezip-fixture/fixture_config.h"
 

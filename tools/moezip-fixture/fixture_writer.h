@@ -5,7 +5,7 @@
 // (about 16 MiB of f32 plus its quantized copy), not one tensor and not the model.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-fixture/fixture_config.h"
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 
 #include "tools/moezip-plan/plan_hosts.h"
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <string>

@@ -6,7 +6,7 @@
 // the reports, else the mean of the measured hosts, else 1); public_key goes into its [[worker]].
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <string>

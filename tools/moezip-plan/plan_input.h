@@ -4,7 +4,7 @@
 // and the hosts' measured times (`balance.hosts[]`, or `workers[]` service times and `layers[]`).
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <map>

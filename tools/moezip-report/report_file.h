@@ -10,7 +10,7 @@
 // The two sequences measure different things, so only documents of one schema are compared.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 // route its logging, load the CPU backend variants next to libllama, load a model, make a context.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-run/run_options.h"
 
 #include <llama.h>

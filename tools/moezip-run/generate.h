@@ -2,7 +2,7 @@
 // chose each id, and the time spent in the engine.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <llama.h>
 

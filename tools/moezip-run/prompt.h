@@ -1,7 +1,7 @@
 // moezip-run: the prompt as token ids (from text, or a deterministic fixture) and token ids as text.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <llama.h>
 

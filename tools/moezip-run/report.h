@@ -2,7 +2,7 @@
 // (schema "moezip-run/1", documented in docs/moezip-run.md).
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-run/generate.h"
 #include "tools/moezip-run/run_options.h"
 

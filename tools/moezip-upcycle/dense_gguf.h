@@ -3,7 +3,7 @@
 // no_alloc, so only the header is held in memory; tensor bytes are read from the file on demand.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-upcycle/expert_split.h"
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // gguf_write_out): tensors in info order, each padded with zeros to gguf_get_alignment.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <functional>

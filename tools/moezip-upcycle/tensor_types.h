@@ -8,7 +8,7 @@
 // MUL_MAT_ID kernel and the same quantized activations as the dense MUL_MAT did.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include "ggml.h"
 

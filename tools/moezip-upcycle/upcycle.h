@@ -2,7 +2,7 @@
 // weights). Construction and numerical effect: docs/upcycle.md.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-upcycle/expert_split.h"
 #include "tools/moezip-upcycle/tensor_types.h"
 

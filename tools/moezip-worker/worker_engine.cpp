@@ -5,7 +5,7 @@
 
 #include "preload/abi_guard.h"
 #include "preload/engine_locate.h"
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 
 #include <cstdio>
 #include <cstring>

@@ -14,8 +14,8 @@
 // results bit-identical; the coordinator compares the kernels' GNU build-id in the handshake.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 #include "tools/moezip-worker/model/gguf_parts.h"
 #include "tools/moezip-worker/model/worker_repack.h"
 

@@ -7,8 +7,8 @@
 // gguf_get_tensor_offset.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 
 #include "ggml.h"
 #include "gguf.h"

@@ -17,7 +17,7 @@
 // with biases are never given back.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-worker/model/worker_model.h"
 #include "tools/moezip-worker/model/worker_slices.h"
 

@@ -27,7 +27,7 @@
 
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/config/expert_range.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-worker/model/gguf_parts.h"
 #include "tools/moezip-worker/model/worker_repack.h"
 

@@ -16,8 +16,8 @@
 // multiple of the group), so expert e's repacked bytes are those of the host's tensor at index e.
 #pragma once
 
-#include "coordinator/base/status.h"
-#include "preload/engine_api.h"
+#include "provider_map/status.h"
+#include "provider_map/engine_api.h"
 
 #include "ggml-backend.h"
 

@@ -21,7 +21,7 @@
 #pragma once
 
 #include "coordinator/memory/anonymous_memory.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-worker/model/worker_model.h"
 
 #include "ggml.h"

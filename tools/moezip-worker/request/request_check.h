@@ -4,7 +4,7 @@
 // WorkerCompute::validate (worker_compute.h) is this check against the loaded model's shape.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "coordinator/config/expert_range.h"
 #include "coordinator/wire/protocol.h"
 

@@ -20,7 +20,7 @@
 // of the process.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "coordinator/wire/protocol.h"
 
 #include <cstdint>

@@ -16,7 +16,7 @@
 
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/wire/protocol.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-worker/request/request_check.h"
 #include "tools/moezip-worker/model/slice_residency.h"
 #include "tools/moezip-worker/model/worker_slices.h"

@@ -18,7 +18,7 @@
 #pragma once
 
 #include "coordinator/config/expert_range.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "coordinator/wire/protocol.h"
 #include "tools/moezip-worker/request/request_check.h"
 

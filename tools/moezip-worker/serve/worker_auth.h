@@ -8,7 +8,7 @@
 // or with --insecure).
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <zmq.hpp>
 

@@ -29,7 +29,7 @@
 // Never set it in production: the worker then gives wrong answers or none on purpose.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include <cstdint>
 #include <string>

@@ -15,7 +15,7 @@
 
 #include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/protocol.h"
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 #include "tools/moezip-worker/serve/worker_auth.h"
 #include "tools/moezip-worker/request/worker_budget.h"
 #include "tools/moezip-worker/worker_engine.h"

@@ -1,4 +1,4 @@
-#include "preload/engine_pin.h"
+#include "provider_map/engine_pin.h"
 
 #include "engine_pin.inc"  // <BUILD>/gen/, written by tools/engines/engine-config.sh
 

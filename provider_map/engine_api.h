@@ -11,7 +11,7 @@
 // without referencing the symbol.
 #pragma once
 
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 #include "ggml.h"
 #include "ggml-backend.h"

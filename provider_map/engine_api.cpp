@@ -1,4 +1,4 @@
-#include "preload/engine_api.h"
+#include "provider_map/engine_api.h"
 
 #include <dlfcn.h>
 

@@ -1,4 +1,4 @@
-#include "coordinator/base/status.h"
+#include "provider_map/status.h"
 
 namespace moezip {
 

@@ -1,6 +1,6 @@
 // moezip: the engine this build of moezip was compiled for (make ENGINE=..., default the pinned
 // node-llama-cpp 3.21.1). tools/engines/engine-config.sh writes the values into
-// <BUILD>/gen/engine_pin.inc when moezip is built; only preload/engine_pin.cpp includes that file,
+// <BUILD>/gen/engine_pin.inc when moezip is built; only provider_map/engine_pin.cpp includes that file,
 // so switching engines recompiles one file besides the ones whose headers changed.
 #pragma once
 
