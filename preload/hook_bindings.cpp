@@ -32,7 +32,7 @@ nlohmann::json hook_bindings(std::vector<std::string> & bypassed, const std::str
     for (const HookImport & imp : kHookImports) {
         // every loaded caller: CPU backend variants may be several (the one in use, and any the host
         // loaded itself); once graphs have told which one computes, only that one counts (a variant
-        // nobody calls, deep-bound to itself, is no bypass: breaker helper-36)
+        // nobody calls, deep-bound to itself, is no bypass)
         std::vector<ImportBinding> callers = import_bindings(imp.object, imp.symbol);
         if (!cpu_variant_in_use.empty() && strcmp(imp.object, "libggml-cpu") == 0) {
             std::vector<ImportBinding> in_use;

@@ -1,5 +1,5 @@
 // moezip: the extern "C" shims that libmoezip.so exports (and only these: preload/exports.map).
-// Each one is a few lines that hand over to the session; no exception crosses into the engine.
+// Each one is a few lines that hand over to the preload's session; no exception crosses into the engine.
 //
 // Interposed entry points (all reached through the PLT of the engine's libraries, see
 // docs/interception.md):

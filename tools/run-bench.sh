@@ -57,7 +57,7 @@
 #                       (single single_nr observe local experts1 shard1 rpc_single rpc_experts rpc_tensor, and experts1 rpc_experts over 1g
 #                       and 10g); no repack-costs.
 #                       full: every study (the memory-kind and page-cache references single_anon single_thp local_copy
-#                       experts1_map, the placement and throttled-worker variants of issue 14, a3b-L8-q8_0, a3b-L4-q4_K,
+#                       experts1_map, the placement and throttled-worker variants, a3b-L8-q8_0, a3b-L4-q4_K,
 #                       stories-moe8, repack-costs): about 3 h more.
 #   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
 #   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: the set's)
@@ -71,7 +71,7 @@
 #                       alike: the engines (moezip-run, llama-bench) map the file, moezip-worker reads its
 #                       experts into anonymous memory, as ggml-rpc-server always does with what it is sent.
 #                       mmap: the workers map the file too (--mmap). anon: everything in anonymous memory
-#                       (engines --no-mmap / -lm none). First touches cost ~8 s per GiB on this VM.
+#                       (engines --no-mmap / -lm none). First touches cost ~8 s per GiB on a 2-core Debian 12 VM (2026-12-01).
 #   BENCH_PAGE_CACHE    kernel (default): before a model's runs its file is evicted from the page cache and read
 #                       back through a mapping, so the folio sizes are those the kernel's readahead chooses, as an
 #                       unhooked engine's first load after a reboot gets them (2 MiB and PMD-mapped here: ext4 on
@@ -336,7 +336,7 @@ page_cache_check() {  # model name -> PC_JSON
 # both placements, and spends the time left on pairs for the decode ratios of the targets. The full set
 # adds every study: the memory-kind and page-cache references (anonymous 4 KiB and huge-page singles, one
 # node from a huge-page copy, both hosts from the page cache), the placement and throttled-worker
-# variants (issue 14) on the 4-layer q8_0 model and, on the others, the variants that answer their
+# variants on the 4-layer q8_0 model and, on the others, the variants that answer their
 # question (8 layers: twice the round trips per token; q4_K: another weight type; the tiny real model). `local` always gets phase runs (the MoE share
 # for the Amdahl bound). The costs of CURVE and verify_every (experts1_curve, experts1_verify) are in
 # neither set since every timed run has a paired reference run (BENCH_VARIANTS adds them;
@@ -775,7 +775,7 @@ for m in $MODELS; do
             run_pair "$m" "$v" "$n" "$p" "$rep" "r$rep-$k" $((rep + k))
         done
     done
-    # Extra pairs where a decode ratio is not resolved to ±5% yet (this VM's decode spreads ±20-50%
+    # Extra pairs where a decode ratio is not resolved to ±5% yet (a shared VM's decode spreads ±20-50%
     # between runs): a round adds one pair to each such ratio of RESOLVE_VARIANTS, fewest pairs first,
     # until every one is resolved, has RESOLVE_MAX_PAIRS pairs, or RESOLVE_MIN minutes are spent.
     case " $RESOLVE_MODELS " in *" $m "*) resolve_here=$RESOLVE_MIN ;; *) resolve_here=0 ;; esac

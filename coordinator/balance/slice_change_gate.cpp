@@ -10,7 +10,7 @@ bool SliceChangeGate::take(CallSize size, double current_ms_per_call, double pro
     regret += std::max(0.0, current_ms_per_call - proposed_ms_per_call) * (double) calls;
     // while a change of this split is being measured its price is not known yet: the cost may rise.
     // A change of the other split does not hold this one: its measurement ends only with calls of
-    // its size, and a prompt's change at its end was measured through a whole decode (a breaker:
+    // its size, and a prompt's change at its end was measured through a whole decode (seen:
     // 6000 decode calls, regret 31x the price, every decode change declined)
     if (cost_ms_ >= 0 && regret >= cost_ms_ && !measuring_[(int) size].on) return true;
     ++declined_;

@@ -58,7 +58,7 @@ public:
     /// of the split, with its repacks, that no saving pays for) may be taken `ms_since_change` after
     /// the split last changed: once that is kProbeCostRatio times a change's price, so probes'
     /// repacks take at most about a tenth of the time. Unpriced (before the first packs ended): yes.
-    /// A breaker's run flipped a worker's decode slice off and on every 192 calls (paid, probe,
+    /// Without it a run flipped a worker's decode slice off and on every 192 calls (paid, probe,
     /// paid, ...), a repack each time on both sides.
     bool probe_affordable(double ms_since_change) const { return cost_ms_ < 0 || ms_since_change >= kProbeCostRatio * cost_ms_; }
     static constexpr double kProbeCostRatio = 10;

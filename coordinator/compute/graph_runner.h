@@ -38,7 +38,7 @@ struct RunnerOptions {
 class GraphRunner {
 public:
     /// `variant` describes the CPU backend whose real ggml_graph_compute is bound in `api`.
-    /// `ev` and `mu` are shared with the session (the runner locks `mu` around evidence updates).
+    /// `ev` and `mu` are shared with the preload's session (the runner locks `mu` around evidence updates).
     GraphRunner(const GgmlApi & api, const BackendVariant & variant, Evidence & ev, std::mutex & mu,
                 RegionHandler * handler, RunnerOptions opt)
         : api_(api), variant_(variant), ev_(ev), mu_(mu), handler_(handler), opt_(opt) {}

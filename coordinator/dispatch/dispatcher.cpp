@@ -150,7 +150,7 @@ int64_t json_int(const nlohmann::json & j, const char * key) {
 }
 
 // A peer's value for a message: a whole number or a short string as it is, anything else by its
-// type. Never dumped: a breaker's hello_ok nested "protocol" 200000 deep, and the recursive dump
+// type. Never dumped: a hostile hello_ok nested "protocol" 200000 deep, and the recursive dump
 // crashed the host.
 std::string peer_value_text(const nlohmann::json & j, const char * key) {
     auto it = j.find(key);
@@ -183,7 +183,7 @@ double stated_cores(const nlohmann::json & identity) {
     const double c = cpu["cores"].get<double>();
     if (!(c > 0 && c <= kMaxStatedCores)) return 0;  // a hostile value is no capacity, not a share
     // a worker states min(threads, affinity CPUs, quota): both counts must be there and bound it (a
-    // breaker's worker stated 1e6 cores beside 1 thread; another left the counts out and said 1024)
+    // hostile worker stated 1e6 cores beside 1 thread; another left the counts out and said 1024)
     for (const char * bound : {"threads", "affinity_cpus"})
         if (!cpu[bound].is_number() || !(cpu[bound].get<double>() > 0) || c > cpu[bound].get<double>()) return 0;
     if (cpu["quota_cores"].is_number() && c > cpu["quota_cores"].get<double>()) return 0;

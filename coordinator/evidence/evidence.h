@@ -82,7 +82,7 @@ struct EpochEvent {
     std::vector<uint64_t> plans;  ///< plan ids retired
 };
 
-/// Everything a run records. Owned by the session; guarded by its mutex.
+/// Everything a run records. Owned by the preload's session; guarded by its mutex.
 struct Evidence {
     std::string ggml_version, ggml_commit, abi_status = "unchecked";
     BackendVariant variant;

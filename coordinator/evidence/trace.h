@@ -14,7 +14,7 @@
 // "dropped" marker that says how many. Thread-safe: every add takes one mutex; with tracing off the
 // cost at each call site is one atomic load.
 // Process-wide (like the log): the transport, the executor and the handlers record into it without
-// a pointer threaded through every constructor. Only the session starts it; moezip-worker never does.
+// a pointer threaded through every constructor. Only the preload's session starts it; moezip-worker never does.
 #pragma once
 
 #include "provider_map/status.h"

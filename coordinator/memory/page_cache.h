@@ -7,7 +7,7 @@
 // The sizes come from how the file entered the page cache, and stay until its pages are evicted:
 // - on filesystems with large folios (ext4 since Linux 6.16, xfs since 5.18) readahead builds them up,
 //   capped by the readahead window: PMD size only where the device's read_ahead_kb is at least 2048
-//   (this VM: 8192; a common default is 128, which stops at 128 KiB folios), or at once when the
+//   (8192 on the 2-core Debian 12 VM measured in docs/performance.md; a common default is 128, which stops at 128 KiB folios), or at once when the
 //   mapping is advised MADV_HUGEPAGE (mm/filemap.c, do_sync_mmap_readahead);
 // - reads without readahead (POSIX_FADV_RANDOM, POSIX_FADV_WILLNEED / MADV_WILLNEED, whose
 //   force_page_cache_ra reads at the mapping's minimum order) and other filesystems give 4 KiB folios.

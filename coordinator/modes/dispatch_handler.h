@@ -63,7 +63,7 @@ protected:
     /// Moves the time usable() took since `before` (checks_ms() when the call began) out of
     /// c.ms_local: a worker's first verification into c.ms_setup, a probe of a worker that was down
     /// into c.ms_wait (waiting for a worker, which make bench keeps in the MoE time). Neither is
-    /// compute here: a breaker saw 1.5 s of waiting for a stopped worker's handshake as ms_local.
+    /// compute here: without this, 1.5 s of waiting for a stopped worker's handshake showed as ms_local.
     void checks_time_to_setup(const Dispatcher::UsableTime & before, LayerCounters & c) const {
         const Dispatcher::UsableTime now = checks_ms();
         c.ms_local -= (now.setup_ms - before.setup_ms) + (now.probe_ms - before.probe_ms);

@@ -241,7 +241,7 @@ void ShardHandler::seed_prefill_split(const MoeRegion & r, int64_t n_blocks) {
     if (!share_bal_.cores_differ()) return;
     std::vector<int64_t> counts = share_bal_.solve(n_blocks, (double) r.n_tokens, CallSize::large);
     // every host keeps a block, so the calls measure it: a stated core count is a peer's word (a
-    // breaker's worker said 1e6 and this host got no prefill slice, its speed then guessed from the
+    // hostile worker said 1e6 and this host got no prefill slice, its speed then guessed from the
     // worker's claim per core, which no call could correct)
     for (size_t h = 0; h < counts.size(); ++h)
         if (counts[h] == 0) give_unit_from_largest(counts, h);

@@ -266,7 +266,7 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             }
             stats_.hash_ok += parts.size() - 1;
             // The worker's own time is its word: a request is never served longer than its round
-            // trip, so more is clamped there for every reader (the report, the balancers). A breaker's
+            // trip, so more is clamped there for every reader (the report, the balancers). A
             // fake worker said 2^32-1 us: negative transfer times, and automatic shares it steered.
             // Both in whole us, converted alike, so round trip minus service is never below 0.
             const int64_t rtt_us = std::max<int64_t>(

@@ -352,7 +352,7 @@ TEST(ConfigFile, CopyLocalDefaultsOnInExpertsModeAndOffInLocalMode) {
     EXPECT_FALSE(cfg.experts.copy_local);
 }
 
-// Found by a breaker (7th session): copy_local under observe, rows or shard was ignored without a word,
+// copy_local under observe, rows or shard was ignored without a word,
 // so a user who asked for huge pages got the mapping.
 TEST(ConfigFile, CopyLocalInAModeThatMakesNoCopyNamesTheKeyAndTheMode) {
     for (const char * mode : {"observe", "rows", "shard"}) {

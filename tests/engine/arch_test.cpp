@@ -1,4 +1,4 @@
-// The MoE architectures people run (issue 13), as moezip-fixture writes them: each loads and
+// The MoE architectures people run, as moezip-fixture writes them: each loads and
 // generates under the preload (observe), the report's provider map says per MoE layer whether it
 // is dispatchable or why not, and local, rows and experts mode (two workers) give the observe run's
 // logits bit for bit — with require_intercept where the arch must be dispatchable, with a named

@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineModes, ::testing::Values("llama.cpp:pinn
                              return n;
                          });
 
-// The issue's case: a llama.cpp built from the pinned source with default flags reports commit
+// A llama.cpp built from the pinned source with default flags reports commit
 // 80fb11a, not the npm binaries' 5b4ebc5. Same source, same layout: the default build accepts it.
 TEST(Engines, TheDefaultBuildAcceptsASelfBuiltEngineOfTheSameSource) {
     std::string why;

@@ -401,7 +401,7 @@ TEST(Distributed, LocalModeWithCopyLocalComputesEveryExpertFromTheCopyWithTheSam
 // Experts mode maps the model itself (without the engine's MAP_POPULATE) and advises the mapping
 // MADV_HUGEPAGE before it reads this host's part in: from a cold page cache that part arrives in
 // 2 MiB folios, mapped by PMD entries, whatever the disk's read_ahead_kb (plain readahead ramps up
-// and on this VM PMD-maps only 37% of a 128 MiB file). The same logits as one node.
+// and on a 2-core Debian 12 VM with read_ahead_kb 8192 PMD-maps only 37% of a 128 MiB file). The same logits as one node.
 TEST(Distributed, AColdModelInExpertsModeIsReadInTwoMiBPages) {
     // 2 layers x 32 experts of 3 x 512x1024 q8_0: 109 MB, half of the experts here
     const std::string fixture = fixture_model({"--preset", "small", "--n-embd", "512", "--n-ff-exp", "1024", "--n-expert", "32", "--type", "q8_0"});

@@ -203,8 +203,8 @@ namespace {
 /// ExpertsHandler measures them: the request is sent at 0, this host computes its slots and then
 /// waits; the reply arrives at service + overhead but, when the coordinator's I/O thread shares the
 /// compute thread's core, is only read once this host's compute has ended, so the measured round
-/// trip is max(arrival, this host's compute). At call 50 the worker stalls once for 20 ms (this VM
-/// deschedules a process now and then). `observed` decides which samples count as true (the
+/// trip is max(arrival, this host's compute). At call 50 the worker stalls once for 20 ms (a loaded
+/// machine deschedules a process now and then). `observed` decides which samples count as true (the
 /// handlers use reply_arrival_observed). Returns the worker's slots in the last 100 of 400 calls.
 template <class Observed>
 int worker_slots_after_loop(double here_ms_per_slot, double worker_ms_per_slot, double overhead_ms, Observed observed,

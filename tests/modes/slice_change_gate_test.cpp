@@ -126,7 +126,7 @@ TEST(SliceChangeGate, DecodeAndPrefillSplitsKeepTheirOwnRegretAndShareThePrice) 
 }
 
 TEST(SliceChangeGate, APrefillChangeBeingMeasuredDoesNotHoldBackDecodeChanges) {
-    // A breaker: a prompt ended with a prefill change; its measurement ends only when prefill calls
+    // A prompt ended with a prefill change; its measurement ends only when prefill calls
     // see every layer again, which no decode call does, so 6000 decode calls declined every decode
     // change with a regret 31 times the price.
     SliceChangeGate g;
@@ -140,7 +140,7 @@ TEST(SliceChangeGate, APrefillChangeBeingMeasuredDoesNotHoldBackDecodeChanges) {
 }
 
 TEST(SliceChangeGate, AProbeWaitsUntilTenTimesAChangesPriceHasPassed) {
-    // a breaker's run: a worker's decode slice went off (paid), on (probe), off (paid) every 192
+    // without the wait, a worker's decode slice went off (paid), on (probe), off (paid) every 192
     // calls, a repack on both sides each time, with no saving paying for the probes
     SliceChangeGate g;
     EXPECT_TRUE(g.probe_affordable(0.0)) << "no price yet";

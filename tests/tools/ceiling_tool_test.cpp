@@ -76,7 +76,7 @@ TEST(CeilingTool, TheSimulatedStepSendsADecodeCallsBytesPerLayer) {
 }
 
 TEST(CeilingTool, ReportsEverySplitOfEveryTransportWithTheBoundOfItsShapeAndStopsItsWorkers) {
-    // p = 0.5: one node's step is twice its MoE, the bound 1 / (0.5 + 0.25) (issue 14's formula)
+    // p = 0.5: one node's step is twice its MoE, the bound 1 / (0.5 + 0.25) (Amdahl's bound for two hosts)
     auto r = run_tool("moezip-ceiling", {"--slot-ms", "0.02", "--moe-share", "0.5", "--layers", "2", "--n-used", "8",
                                          "--n-embd", "64", "--rounds", "2"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -137,7 +137,7 @@ TEST(CeilingTool, BadFlagsAreRefusedByNameBeforeAnyMeasuring) {
     EXPECT_NE(out.err.find("--out: cannot write /nonexistent/x.json"), std::string::npos) << out.err;
 }
 
-// A shape that measures for hours was taken and ran with no word of its length (breaker helper-34).
+// A shape that measures for hours was taken and ran with no word of its length.
 TEST(CeilingTool, ARunLongerThanMaxMinutesIsRefusedWithItsLengthBeforeMeasuring) {
     // 1 layer, top-2: splits_to_try gives one node (2 slots) and one slot each way with both waits;
     // slot 1 ms, p 0.5 so the rest of a step is 2 ms: 4 + 3 + 3 = 10 ms a round, 10 rounds with the
@@ -158,8 +158,8 @@ TEST(CeilingTool, ARunLongerThanMaxMinutesIsRefusedWithItsLengthBeforeMeasuring)
     // of bytes: per round and layer 34 requests of 262512 bytes and 148 slot outputs of 262144
     // (the worker's 2 to 6 slots, rounded up, of 17 splits with both waits) at 10 GB/s
     EXPECT_NE(r.err.find("take at least 708 minutes of measuring, over --max-minutes 30"), std::string::npos) << r.err;
-    // bytes alone: a slot of 1 us, but 64 outputs of 256 KiB per layer (breaker helper-36: it said
-    // 'at least 5 s' and ran for minutes)
+    // bytes alone: a slot of 1 us, but 64 outputs of 256 KiB per layer (pricing the slots alone said
+    // 'at least 5 s' for a run of minutes)
     auto bytes = run_tool("moezip-ceiling", {"--slot-ms", "0.001", "--layers", "512", "--n-used", "64", "--n-embd", "65536",
                                               "--rounds", "1", "--transports", "zeromq", "--max-minutes", "1"}, 20);
     EXPECT_EQ(bytes.exit_code, 1);

@@ -1,6 +1,6 @@
 // Tests of the page-cache state of a file (coordinator/memory/page_cache.h) and of moezip-pagecache,
 // on files written under build/test-out/ (a disk filesystem: tmpfs pages cannot be evicted).
-// Readahead builds 2 MiB folios only after it has ramped up (this VM's 6.18 ext4, read_ahead_kb 8192:
+// Readahead builds 2 MiB folios only after it has ramped up (Linux 6.18 ext4 on a 2-core Debian 12 VM, read_ahead_kb 8192:
 // none in 64 MiB read through a mapping, 48 MiB of 128 MiB), so the fill tests use 128 MiB.
 #include "coordinator/memory/page_cache.h"
 #include "tests/support/test_support.h"
@@ -73,7 +73,7 @@ TEST(PageCache, TheHugeFillPmdMapsTheFileAndTheSmallFillLeavesNoPmd) {
     const std::string path = write_file("pagecache_fills", big_file);
     ASSERT_TRUE(moezip::page_cache_evict(path).is_ok());
     ASSERT_TRUE(moezip::page_cache_fill(path, PageCacheFill::huge).is_ok());
-    // with proactive reclaim on (this VM's kernel), a few pages of a fill may be paged out before it
+    // with proactive reclaim on (as on the 6.18 kernel this was written on), a few pages of a fill may be paged out before it
     // is measured (CI: 3 pages and the tail of the small fill): all but 1% then
     const std::string reclaim = moezip_test::proactive_reclaim_here();
     const auto filled = [&](uint64_t resident) { return reclaim.empty() ? resident == big_file : resident >= big_file - big_file / 100; };

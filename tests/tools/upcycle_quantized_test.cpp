@@ -1,4 +1,4 @@
-// moezip-upcycle on a quantized dense model (issue 13): stories260K converted to q8_0 by
+// moezip-upcycle on a quantized dense model: stories260K converted to q8_0 by
 // `--experts none --type q8_0` (llama-quantize's rules), then upcycled with the default
 // `--type same`, whose experts keep the dense tensors' types and so the dense model's text.
 #include "tests/support/test_support.h"

@@ -74,7 +74,7 @@ TEST(HostileWorker, HelloFieldsOfTheWrongTypeAreARefusalUnderThePolicyNeverAFail
     cases.push_back({"tensors_not_an_array", c4, "malformed tensor list"});
     json c5 = good_engine; c5.erase("instance");
     cases.push_back({"no_instance", c5, "names no worker instance"});
-    // a breaker: "protocol" nested 200000 deep crashed the host in a recursive dump of the value
+    // "protocol" nested 200000 deep crashed the host in a recursive dump of the value
     {
         json c6 = good_engine;
         c6.erase("protocol");
@@ -199,7 +199,7 @@ TEST(Signals, EintrResumesTheWaitForAWorker) {
 
 // A model opened and then deleted (a download replaced under the host, O_TMPFILE) and loaded as
 // /proc/self/fd/N: the fd's link reads "... (deleted)". Experts mode read the tensor table through
-// that name, could not, and populated nothing, with the reason only on stderr (breaker helper-34).
+// that name, could not, and populated nothing, with the reason only on stderr.
 TEST(DeletedModel, IsPopulatedExceptTheWorkersExpertsAndDistributed) {
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     Cluster c{test_dir("deleted_model"), {}};
@@ -359,7 +359,7 @@ TEST(Deepbind, ACpuVariantDeepboundToItselfIsNamedAsTheBypass) {
     // Only the CPU backend variants are dlopened with RTLD_DEEPBIND: libllama meets the hooks, the
     // backend's call of its own ggml_graph_compute does not, so no graph is intercepted. That slot
     // holds the variant's own definition, which was read as "not bound yet" (its own PLT) and the
-    // bypass went unnamed (breaker helper-34).
+    // bypass went unnamed.
     if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";
     const DeepbindRuns d = run_deepbind_host("variants_only", "--variants-only");
     const CommandResult & r = d.preloaded;
@@ -376,7 +376,7 @@ TEST(Deepbind, ACpuVariantDeepboundToItselfIsNamedAsTheBypass) {
 
 TEST(PeriodicReport, CarriesTheHookBindingsAsTheyAreThen) {
     // A host killed by a signal it does not handle (llama.cpp's programs on SIGTERM) leaves the last
-    // periodic report: its hook_bindings were {} (read at exit only; breaker helper-34).
+    // periodic report: its hook_bindings were {} (read at exit only).
     const std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     const std::string dir = test_dir("periodic_bindings");
     const std::string pause = dir + "/pause";
@@ -397,7 +397,7 @@ TEST(PeriodicReport, CarriesTheHookBindingsAsTheyAreThen) {
 }
 
 TEST(Deepbind, AnUnusedVariantDeepboundToItselfIsNoBypassWhenGraphsAreHandled) {
-    // breaker helper-36: a variant loaded with RTLD_DEEPBIND that never computes (the engine uses
+    // A variant loaded with RTLD_DEEPBIND that never computes (the engine uses
     // its best one, which meets the hooks) was reported as the bypass, with a warning that no graph
     // could be intercepted, over a run whose every graph was.
     if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "the ASan runtime refuses libraries dlopened with RTLD_DEEPBIND";

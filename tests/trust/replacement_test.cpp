@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ModelSwap,
                          });
 
 TEST(WorkerFileChanged, AMappedWorkerWhoseModelFileChangedIsRefusedAndCountedAsSuch) {
-    // A breaker: a --mmap worker whose file really changed still answered hello with its digests from
+    // A --mmap worker whose file really changed still answered hello with its digests from
     // load, so this host probed it every back-off; each compute was refused and computed here, but
     // the report showed no refusal. Now its hello and computes say model_changed, counted as a
     // refusal of that instance.
@@ -174,7 +174,7 @@ TEST_P(WorkerReplaced, ANewInstanceIsVerifiedAgainBeforeItComputes) {
         EXPECT_NE(counters.find("rows 0, pairs 0"), std::string::npos) << counters;
         EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
         // the final report keeps the refusal, though the engine freed the model (and its plans) at
-        // exit; a breaker found `refused` empty and no plans_refused after such a run
+        // exit; `refused` was empty and no plans_refused after such a run
         EXPECT_GE(w["refusals"].get<int>(), 1) << w.dump();
         ASSERT_TRUE(w.contains("refusals_first")) << w.dump();
         const std::string first_refusal = w["refusals_first"][0].get<std::string>();
@@ -188,7 +188,7 @@ INSTANTIATE_TEST_SUITE_P(Restarts, WorkerReplaced, ::testing::Values(Replacement
 
 TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
     // A refusal belongs to the process that was refused: A, then B with another model (refused by
-    // content), then A again at the same endpoint. Found by a breaker: the last worker was never
+    // content), then A again at the same endpoint. The fault held: the last worker was never
     // contacted again, for the rest of the run.
     const std::string a = model_a();
     Cluster c{test_dir("replaced_after_refusal"), {}};
@@ -233,7 +233,7 @@ TEST(WorkerReplaced, ARefusedWorkerReplacedByAGoodOneIsVerifiedAndUsedAgain) {
 }
 
 TEST(WorkerReplaced, TwoWorkerEntriesReachingOneProcessAreRefusedByItsInstance) {
-    // Found by a breaker: tcp://127.0.0.1:P and tcp://localhost:P passed the config's duplicate
+    // tcp://127.0.0.1:P and tcp://localhost:P passed the config's duplicate
     // endpoint check (text) and both were used: one process computed both entries' experts.
     const std::string a = model_a();
     Cluster c{test_dir("one_process_two_entries"), {}};

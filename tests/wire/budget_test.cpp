@@ -90,7 +90,7 @@ TEST(Budget, RequestsOverTheBudgetAreRefusedFromTheHeaderAndServingContinues) {
     }
     EXPECT_EQ(ask_compute(c, shaped_request(100, 2)).h.kind, (uint16_t) MsgKind::result) << "the worker keeps serving";
     EXPECT_EQ(ask_compute(cin, shaped_request(100, 2)).h.kind, (uint16_t) MsgKind::result) << "the worker keeps serving";
-    // the default budget refuses the amplifying shape of the issue (few bytes in, a huge per-slot
+    // the default budget refuses the amplifying shape (few bytes in, a huge per-slot
     // reply: rows x 256 slots) before allocating anything
     WorkerProcess d;
     ASSERT_TRUE(d.start({"--model", tiny_q8(), "--bind", "ipc://" + dir + "/d.sock"}, dir)) << d.error();
@@ -168,7 +168,7 @@ TEST(Budget, ManyFramesAndALargeRequestDoNotKeepTheirMemory) {
 
 // By default a prompt's buffers outlive the decode after it: held 1 s, they were released between
 // two prompts, and the next prompt's first request faulted them in again (at a 40% CPU quota it took
-// twice as long, docs/performance.md, 13th session). A request 2.5 s later, after a stream of small
+// twice as long, docs/history/bench-runs.md, 2026-12-02, commit f807729). A request 2.5 s later, after a stream of small
 // ones, finds them; none is released before the worker stops.
 TEST(Budget, APromptsBuffersAreKeptThroughTheDecodeAfterIt) {
     if (MOEZIP_TEST_ASAN) GTEST_SKIP() << "ASan keeps freed memory in its quarantine: resident memory after frees says nothing";

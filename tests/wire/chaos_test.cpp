@@ -123,7 +123,7 @@ TEST(Chaos, WorkersStoppedKilledAndRestartedMidDecodeLeaveTheSingleNodeOutput) {
 }
 
 TEST(Chaos, AStoppedWorkersHandshakeIsCountedAsSetupNotAsComputeHere) {
-    // Found by a breaker: layer 0's ms_local held the 1.5 s this host waited for a stopped worker's
+    // The fault held: layer 0's ms_local held the 1.5 s this host waited for a stopped worker's
     // handshake (connect_timeout_ms), as if it had computed that long. Waits for a worker to become
     // usable (hello, identity and plan checks) are setup.
     const std::string model = tiny_q8();

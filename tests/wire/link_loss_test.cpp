@@ -1,5 +1,5 @@
 // A worker whose process ends while a request is in flight: the coordinator's wait ends when the
-// connection closes, not at the request's timeout (a breaker saw 20 s stalls with timeout_ms =
+// connection closes, not at the request's timeout (20 s stalls were seen with timeout_ms =
 // 20000 after SIGTERM and kill -9), and a reply the worker sent just before it exited is still taken.
 #include "coordinator/wire/transport.h"
 #include "tests/support/test_support.h"
@@ -153,7 +153,7 @@ TEST(LinkLoss, ARequestSentAfterTheWorkerExitedIsNotWaitedFor) {
 }
 
 TEST(HostileReply, AServiceTimeLongerThanTheRoundTripIsClampedToIt) {
-    // Found by a breaker: a fake worker saying service_us = 2^32-1 gave service_ms_p50 4294967 and a
+    // A fake worker saying service_us = 2^32-1 gave service_ms_p50 4294967 and a
     // negative round trip minus service in the report, and steered automatic shares. The worker's own
     // time cannot exceed the round trip the link measured.
     const std::string dir = test_dir("hostile_service_time");

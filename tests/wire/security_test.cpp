@@ -302,7 +302,7 @@ TEST(Plan, AConnectionComputesOnlyWhatItsHelloPlanned) {
                         {R"({"mode":"shard","shares":[0.5,0.6],"slice":1})", "sum to 1"},
                         {R"({"mode":"shard","shares":[0.5,0.5],"slice":2})", "index into shares"},
                         {R"({"mode":"shard","shares":[1,0],"slice":1})", "slice 1 has share 0: an empty n_ff slice"},
-                        // smaller than one block of n_ff in every layer: empty too (found by a breaker)
+                        // smaller than one block of n_ff in every layer: empty too (once accepted, then every request refused)
                         {R"({"mode":"shard","shares":[1,1e-300],"slice":1})", "holds no whole block of n_ff in any layer"},
                         {R"({"mode":"anything"})", "unknown"},
                         {R"(NaN)", "hello: not JSON"},

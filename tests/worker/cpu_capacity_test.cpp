@@ -96,14 +96,14 @@ TEST(CpuCapacity, ThisProcessHasAtLeastOneCpu) {
     EXPECT_GE(c.quota_cores, 0.0);
 }
 
-// What a coordinator takes from a worker's statement: a breaker's worker said 1e6 cores beside 1
+// What a coordinator takes from a worker's statement: a hostile worker said 1e6 cores beside 1
 // thread, and the first prompt split gave it 7/8 of n_ff for the whole run on a tiny model.
 TEST(StatedCores, OnlyAStatementAWorkerCanBeInCounts) {
     auto cores = [](const char * cpu) { return moezip::stated_cores(nlohmann::json::parse(std::string(R"({"cpu":)") + cpu + "}")); };
     EXPECT_DOUBLE_EQ(cores(R"({"threads":1,"affinity_cpus":2,"quota_cores":0.4,"cores":0.4})"), 0.4);
     EXPECT_DOUBLE_EQ(cores(R"({"threads":4,"affinity_cpus":8,"quota_cores":null,"cores":4})"), 4.0);
     EXPECT_EQ(cores(R"({"cores":2})"), 0.0) << "without the counts a worker states beside it";
-    EXPECT_EQ(cores(R"({"threads":-1,"affinity_cpus":0,"cores":1023.99})"), 0.0) << "counts that bound nothing (breaker)";
+    EXPECT_EQ(cores(R"({"threads":-1,"affinity_cpus":0,"cores":1023.99})"), 0.0) << "counts that bound nothing";
     EXPECT_EQ(cores(R"({"threads":4,"cores":2})"), 0.0) << "no affinity CPUs";
     EXPECT_EQ(cores(R"({"threads":4,"affinity_cpus":4,"quota_cores":0.5,"cores":2})"), 0.0) << "more than its quota";
     EXPECT_EQ(cores(R"({"threads":1,"affinity_cpus":1,"cores":5e-324})"), 5e-324) << "tiny but a state it can be in";

@@ -27,7 +27,7 @@ TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
     // Once the originals are given back, new slices and whole requests read the file: if it changed
     // since load, its bytes are not the ones hello_ok's digests named. Refused, by name. A worker
     // that maps the file (--mmap) would compute from the changed bytes at once: it refuses every
-    // request after the change (a breaker found --mmap computing from a changed file with a clean report).
+    // request after the change (--mmap computed from a changed file with a clean report).
     for (const bool mapped : {false, true}) {
         SCOPED_TRACE(mapped ? "--mmap" : "anonymous memory");
         const std::string dir = test_dir(std::string("worker_shard_file_changed_") + (mapped ? "mmap" : "anon"));
@@ -66,7 +66,7 @@ TEST(WorkerShard, AModelFileChangedOnDiskIsNeverReadAgain) {
 }
 
 TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARenameIsNot) {
-    // Found by a breaker: a --mmap worker compared size and modification time only; the same bytes
+    // A --mmap worker compared size and modification time only; the same bytes
     // count of another model written over the file, with `touch -d` setting the time back, was
     // computed from with a clean report. The status-change time cannot be set back: when it moves,
     // the digests are read again from the mapping.
@@ -102,7 +102,7 @@ TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARen
             EXPECT_EQ(rep.h.status, (int32_t) moezip::ErrorCode::model_changed) << rep.text();
             EXPECT_NE(rep.text().find("its modification time set back"), std::string::npos) << rep.text();
         }
-        // a breaker found its hello still answered hello_ok, so the coordinator probed it every
+        // its hello still answered hello_ok, so the coordinator probed it every
         // back-off without ever counting a refusal: the hello is refused with the same reason now
         WorkerClient later(w.endpoint(), w.instance(), "");
         later.send(simple_frames(MsgKind::hello, 7, hello_json(kRowsPlan)));
@@ -134,7 +134,7 @@ TEST(Worker, AMappedModelRewrittenWithItsModificationTimeSetBackIsRefusedAndARen
 }
 
 TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
-    // A breaker's suspected race: a --mmap worker reads the file as it is while the kernels run. A
+    // A suspected race: a --mmap worker reads the file as it is while the kernels run. A
     // rewrite during a compute, written back before the next request with the modification time set
     // back, left that one result from other bytes unchecked (the next request's re-hash finds the old
     // bytes). The stamp is compared again after the compute (here: during the reply's delay).
@@ -186,7 +186,7 @@ TEST(Worker, AMappedModelChangedAndWrittenBackDuringAComputeDropsThatResult) {
 }
 
 TEST(WorkerShard, ASliceCopiedWhileTheMappedFileChangedIsDropped) {
-    // A breaker: a --mmap worker packed its slices after a hello while the file was being tampered
+    // A --mmap worker packed its slices after a hello while the file was being tampered
     // with, then the bytes were written back with the modification time restored. The next request's
     // re-hash found the file unchanged ("serving goes on") and the tampered copy was served. A copy
     // made while the file's stamp moved is dropped now, and made again from the file once it is known good.

@@ -74,7 +74,7 @@ TEST(WorkerShard, OriginalsGivenBackAndReadAgainLeaveEveryResultBitExact) {
 }
 
 TEST(WorkerShard, ThreeCoordinatorsWithDifferentSlicesKeepTheirCopies) {
-    // A breaker ran three coordinators with different shares on one worker that kept two slices per
+    // Three coordinators ran with different shares on one worker that kept two slices per
     // layer: every request made its copy again, decode 100x slower. Four are kept now.
     const std::string dir = test_dir("worker_shard_three_slices");
     WorkerProcess a;
@@ -198,7 +198,7 @@ TEST(WorkerShard, ANewHelloWithdrawsTheEarlierPlansSlicesNotYetPacked) {
 }
 
 TEST(WorkerShard, HellosAloneNeverPushOutTheCopiesARequestUses) {
-    // A breaker's 600 connections said hello with random shard plans and never computed: the slices
+    // 600 connections said hello with random shard plans and never computed: the slices
     // packed ahead for them pushed the computing coordinators' copies out of the layer's places
     // (WorkerSlices::kPerLayer = 4), and their next requests packed again inside the request.
     const std::string dir = test_dir("worker_shard_hello_only");

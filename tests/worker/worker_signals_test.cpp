@@ -53,7 +53,7 @@ TEST(WorkerSignals, ASignalEvery50UsLosesNoRequestAndNoReplyAndSigtermStillExits
     EXPECT_EQ(counters.find("Interrupted system call"), std::string::npos) << counters;
 }
 
-// breaker helper-36: the fault sleeps (delay_ms, slow, prepack_delay_ms) were usleep, which ends at
+// The fault sleeps (delay_ms, slow, prepack_delay_ms) were usleep, which ends at
 // the first EINTR: with signal_every_us they lasted microseconds, and a test combining the two
 // tested nothing.
 TEST(WorkerSignals, AFaultsDelayLastsItsWholeTimeThroughSignals) {

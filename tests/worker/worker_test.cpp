@@ -488,7 +488,7 @@ TEST(WorkerFault, DelayHoldsEachComputeReply) {
 }
 
 TEST(Worker, SigtermAnswersTheRequestInFlightAndRefusesTheWaitingOnes) {
-    // Found by a breaker: a worker stopped while a request was in flight closed its socket with the
+    // A worker stopped while a request was in flight closed its socket with the
     // reply still queued (linger 0), and the coordinator waited its whole timeout (5 s, 20 s).
     std::string dir = test_dir("worker_sigterm_in_flight");
     WorkerProcess w;
@@ -590,7 +590,7 @@ TEST(WorkerPlanTable, AFloodOfHellosDoesNotForgetAComputingConnection) {
     EXPECT_EQ(plans.find("flood-0"), nullptr) << "the oldest hello-only one went first";
 }
 
-// Automatic shares say hello again at every slice change: a breaker's hello flood then took the
+// Automatic shares say hello again at every slice change: a hello flood then took the
 // plan of a coordinator that had computed for a whole run, because its new hello made it a
 // hello-only connection again (its worker refused for the rest of the run). A connection that has
 // computed stays one through its later hellos.

@@ -1,6 +1,6 @@
 // make bench: ratios taken within pairs (a variant's timed run and its reference's, run side by side
 // on the same core placement), their bootstrap intervals, bimodal run sets and stalled runs.
-// Why pairs: this VM's speed drifts ±20-50% over minutes; two runs a few seconds apart share most
+// Why pairs: a shared VM's speed drifts ±20-50% over minutes; two runs a few seconds apart share most
 // of the drift, so their ratio is far steadier than a ratio of medians over the whole bench.
 "use strict";
 const { median, bootstrap_ci, bimodal } = require("./stats.js");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What repacking is worth, and experts mode with and without it, side by side (issue 13, docs/performance.md
+# What repacking is worth, and experts mode with and without it, side by side (docs/history/bench-runs.md,
 # "Repacked experts"): llama.cpp repacks q4_K/q4_0 experts into CPU_REPACK by default; before
 # moezip-worker --repack, experts mode needed no_repack = true, i.e. the slower plain kernels on both
 # hosts. The coordinator is pinned to core 0 and the worker to core 1 (one thread each), experts

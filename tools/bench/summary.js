@@ -153,8 +153,8 @@ function timed_groups(runs) {
             // Each program's speed-up over its own one-node run, taken within its pairs (experts1 over
             // moezip-run's single, rpc_experts over llama-bench's rpc_single, each pair side by side on
             // the same cores), then the two speed-ups compared. The two programs time one node
-            // differently (their decode rows differ: 80 against 63 tok/s on a3b-L4-q8_0 in the 8th
-            // session; llama-bench's tg starts from an empty context, moezip-run's decode after the
+            // differently (their decode rows differ: 80 against 63 tok/s on a3b-L4-q8_0 on 2026-12-01,
+            // commit d5fedd3; llama-bench's tg starts from an empty context, moezip-run's decode after the
             // prompt, and llama-bench is built from source, moezip-run runs the npm engine), so the
             // raw ratio above mixes the harnesses in. The targets against RPC are judged both ways.
             g[ph].vs_rpc_experts_paired = ratio_of_medians_ci(g[ph].paired || [], rpc[ph].paired || []);
@@ -162,7 +162,7 @@ function timed_groups(runs) {
     }
     // the experts1 variants against one node computing from the same huge-page copy (local_copy, same
     // placement): what distributing gains apart from the memory kind. Both sides read huge pages, whose
-    // speed drifts far less on this VM than the mapped single's, so this ratio of medians (runs of the
+    // speed drifts far less on a shared VM than the mapped single's, so this ratio of medians (runs of the
     // two interleaved over the repetitions) resolves where the paired ratios over `single` cannot
     // (experts1_map computes from the page cache, as `single` does: its paired ratio is that comparison)
     for (const g of out) {

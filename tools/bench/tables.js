@@ -166,7 +166,7 @@ function render(b) {
         `# moezip bench ${b.date}`,
         "",
         `Machine: ${b.machine.cpu}, ${b.machine.cores} cores, ${fmt(b.machine.mem_gib, 0)} GiB, kernel ${b.machine.kernel}. ` +
-        `Median 1-min load average at run starts: ${fmt(b.loadavg_median, 2)} (this VM is shared with other engineers' builds and tests). ` +
+        `Median 1-min load average at run starts: ${fmt(b.loadavg_median, 2)} (a load average over the core count means other work shared the machine: noisier runs). ` +
         `Total ${b.seconds ? Math.round(b.seconds / 60) + " min" : "?"}; tree ${b.commit || "?"}.`,
         `Weights: ${s.load === "anon" ? "read into memory on every side (engines --no-mmap / -lm none; workers and RPC servers anonymous memory)"
                    : s.load === "defaults" ? "each program's default (engines map the file; moezip-worker and ggml-rpc-server hold their experts in anonymous memory)"

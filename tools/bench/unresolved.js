@@ -1,5 +1,5 @@
 // make bench: which paired ratios of one model are not resolved yet, so the driver can add pairs
-// (issue 15: decode ratios on a3b resolved to ±5%; this VM's decode spreads ±20-50% between runs).
+// (the targets ask decode ratios on a3b resolved to ±5%; a shared VM's decode spreads ±20-50% between runs).
 //   node tools/bench/unresolved.js OUT MODEL PHASE MAX_PAIRS
 // Prints one line "variant net placement" per timed group of MODEL (a variant with a reference it is
 // paired with) whose PHASE ("prefill" | "decode") ratio's bootstrap 95% interval is wider than ±5% of

@@ -1,7 +1,7 @@
 // moezip-ceiling: a decode step of an MoE model simulated with spins, one node or a host and one
 // worker, to measure what a dispatch of expert slots can reach on this machine.
 //
-// Why: issue 14's replicas target is a fraction of the Amdahl bound 1 / ((1 - p) + p / 2), which
+// Why: the replicas target (docs/performance.md) is a fraction of the Amdahl bound 1 / ((1 - p) + p / 2), which
 // counts no cost for crossing to the worker. What a round trip costs here (the wake-ups of a
 // paravirtualized VM, ZeroMQ's I/O threads, TCP over loopback) is measured by doing what a decode call
 // does with nothing of moezip in it: the host sends the hidden state, computes its share of the

@@ -13,10 +13,10 @@
 // must be unchanged since load, WorkerModel::file_unchanged). Up to kPerLayer slices per layer are
 // kept (coordinators with different slices do not replace each other's copies at every call); the
 // least recently used one goes first. More slices in use than that make a copy at every request
-// (a breaker measured 100x slower decode with three coordinators and two kept): counted, and said
+// (100x slower decode was measured with three coordinators and two kept): counted, and said
 // once in the log. A slice packed ahead of its requests (after a hello, request/worker_compute.h)
 // only takes a free place or one whose copy holds no slice of a computing connection's plan: hellos
-// alone (600 connections that never computed, a breaker) otherwise pushed out the copies computing
+// alone (600 connections that never computed) otherwise pushed out the copies computing
 // coordinators read.
 #pragma once
 

@@ -14,7 +14,7 @@
 // (scratch_hold_ms, default kScratchHoldMs): faulting ~100 MB in afresh for every 512-row request made
 // the worker 1.7x slower than the coordinator on the same work, and with 1 s the buffers went during
 // the decode after each prompt, so every prompt's first layer faulted them in again (at a 40% CPU
-// quota its request took twice as long: make bench, 13th session). After that time (checked when the
+// quota its request took twice as long: make bench, 2026-12-02, commit f807729). After that time (checked when the
 // worker is idle and before each request) they shrink back to kScratchKeepBytes and freed heap pages
 // go back to the system (malloc_trim), so one large request does not keep its memory for the life
 // of the process.

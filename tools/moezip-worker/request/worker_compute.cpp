@@ -190,7 +190,7 @@ Status WorkerCompute::validate(const MsgHeader & h, int n, const void * const * 
 
 // A --mmap worker's copy is read from the mapping, which holds whatever the file holds now: one made
 // while the file's stamp moved may hold bytes of another content even when the file is written back
-// before the next check (a breaker: a hello's packing while the file was tampered with, then
+// before the next check (seen: a hello's packing while the file was tampered with, then
 // restored; the re-hash found it unchanged and the tampered copy was served). Such a copy is
 // dropped, and the request fails. (A default worker copies from its checked originals, or from the
 // file through read_file, which checks its own read.)

@@ -48,7 +48,7 @@ Status parse_shares(const nlohmann::json & plan, const RequestShape & shape, Wor
     if (out.shares[out.slice] == 0 && (out.decode_shares.empty() || out.decode_shares[out.slice] == 0))
         return refuse(code, "slice " + std::to_string(out.slice) + " has share 0: an empty n_ff slice");
     // A share smaller than one block of n_ff (1e-300, or one of 1024 equal shares of 768) is empty in
-    // every layer too: the slices are whole blocks (split_ff). Found by a breaker: such a hello was
+    // every layer too: the slices are whole blocks (split_ff). Such a hello was once
     // accepted and every request on it refused (bad_shape).
     bool any = shape.layers.empty();
     for (const RequestShape::Layer & l : shape.layers) {
@@ -184,7 +184,7 @@ std::string worker_plan_describe(const WorkerPlan & p) {
 
 void WorkerPlans::set(const std::string & peer, WorkerPlan plan) {
     // a connection that has computed stays one when it says hello again: automatic shares say hello
-    // at every slice change, and a breaker's hello flood then took the plan of a working coordinator
+    // at every slice change, and a hello flood once took the plan of a working coordinator
     // as that of a hello-only connection (its worker refused for the rest of the run)
     bool computed = false;
     auto it = index_.find(peer);

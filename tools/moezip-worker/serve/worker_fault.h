@@ -60,7 +60,7 @@ struct WorkerFaults {
 Status worker_faults_parse(const char * text, WorkerFaults & out);
 
 /// A fault's sleep (delay_ms, slow, prepack_delay_ms), us: the whole of it, through signals (usleep
-/// ended at the first EINTR, so signal_every_us cancelled the other faults: breaker helper-36).
+/// ended at the first EINTR, so signal_every_us cancelled the other faults).
 void fault_sleep_us(int64_t us);
 
 /// signal_every_us: arms (every_us > 0) or disarms (0) the SIGALRM interval timer of the process.

@@ -222,7 +222,7 @@ void Server::handle_compute(Incoming & in, const MsgHeader & h, int n, const voi
 
 // Released at once, a prompt's buffers were faulted in afresh by each of its requests: the worker
 // computed its slice of a 512-row layer 1.7x slower than the coordinator did the same amount in
-// buffers it kept (docs/performance.md, 11th session).
+// buffers it kept (docs/history/bench-runs.md, 2026-12-02, commit a645010).
 void Server::release_stale_scratch(std::chrono::steady_clock::time_point now) {
     if (!scratch_held_ || now - scratch_used_at_ < std::chrono::milliseconds(opt_.scratch_hold_ms)) return;
     compute_.trim((size_t) kScratchKeepBytes);
