@@ -1,5 +1,5 @@
 # moezip build. `make` builds everything, `make test` runs the test suite,
-# `make run` runs the main job on the bundled real model, `make bench` measures, `make fuzz` fuzzes
+# `make run` builds what the main job needs and runs it on the bundled real model, `make bench` measures, `make fuzz` fuzzes
 # (docs/fuzzing.md).
 # Every target first runs `make deps` (tools/install-deps.sh), which installs only what is missing.
 
@@ -185,7 +185,14 @@ test: all
 	+@$(MAKE) --no-print-directory engines
 	@MOEZIP_SHARED=$(SHARED) BUILD=$(BUILD) SANITIZE=$(SANITIZE) CXX=$(CXX) tools/run-tests.sh
 
-run: all
+# make run builds only what tools/run-demo.sh runs: the preload, the worker, and the tools it calls
+# (moezip-upcycle makes the MoE model, moezip-report compares the two runs); no test or fuzz target.
+RUN_DEPS := $(PRELOAD_LIB) $(BUILD)/bin/moezip-upcycle $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report
+.PHONY: build-run
+build-run: $(RUN_DEPS)
+
+run: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) build-run
 	@MOEZIP_SHARED=$(SHARED) tools/run-demo.sh
 
 bench: all
