@@ -1,6 +1,6 @@
 # moezip build. `make` builds everything, `make test` runs the test suite,
 # `make run` builds what the main job needs and runs it on the bundled real model, `make bench` measures, `make fuzz` fuzzes
-# (docs/fuzzing.md).
+# (docs/internals/fuzzing.md).
 # Every target first runs `make deps` (tools/install-deps.sh), which installs only what is missing.
 
 # The engine moezip is built for: a node-llama-cpp install (a folder holding node_modules/) or a
@@ -68,7 +68,7 @@ DEEPBIND_HOST := $(BUILD)/bin/moezip-deepbind-host
 TEST_HOST_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/hosts/*.cpp) \
                    $(filter-out tools/moezip-run/main.cpp,$(wildcard tools/moezip-run/*.cpp)))
 
-# Fuzz targets (tests/fuzz/, docs/fuzzing.md): libFuzzer with ASan and UBSan (every UBSan report,
+# Fuzz targets (tests/fuzz/, docs/internals/fuzzing.md): libFuzzer with ASan and UBSan (every UBSan report,
 # __builtin_unreachable included, stops the run), clang from Debian (make deps installs it). Each
 # target links only the sources it fuzzes, built again with coverage instrumentation.
 FUZZ_CXX     ?= clang++-14

@@ -2,7 +2,7 @@
 // Each one is a few lines that hand over to the preload's session; no exception crosses into the engine.
 //
 // Interposed entry points (all reached through the PLT of the engine's libraries, see
-// docs/interception.md):
+// docs/internals/interception.md):
 //   ggml_graph_compute                       CPU variant's graph_compute -> here: MoE regions
 //   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran
 //   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make deps: install what moezip needs and nothing else; fast when everything is there.
 # - Debian packages (compiler, ZeroMQ, xxHash, toml++, GoogleTest, JSON, CLI11, node/npm; clang-14
-#   and its runtime libraries (libFuzzer, ASan, UBSan) for the fuzz targets, docs/fuzzing.md)
+#   and its runtime libraries (libFuzzer, ASan, UBSan) for the fuzz targets, docs/internals/fuzzing.md)
 # - the pinned engine: node-llama-cpp 3.21.1 prebuilt llama.cpp, into .deps/engine
 # - the engine's headers: a clone of the git bundle the npm package ships, into .deps/llama.cpp
 # --no-engine: only the Debian packages (moezip is built for another engine: make ENGINE=...).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make run: the unmodified node-llama-cpp CLI tells a story from a real trained MoE model whose experts
 # are computed by two moezip-worker processes, then the same completion runs on one node and the two
-# are compared (text and every logits output). See docs/node.md.
+# are compared (text and every logits output). See docs/internals/node.md.
 #
 # Steps: check ../shared/fixtures/stories260K.gguf (sha256); upcycle it into $BUILD/run/ (8 experts,
 # top-2, and the exact 8-of-8 variant); make CURVE key pairs for the two workers and the coordinator
@@ -17,7 +17,7 @@
 #   MOEZIP_SHARED            folder holding fixtures/stories260K.gguf (default ../shared)
 #   MOEZIP_RUN_TOKENS        tokens to generate (default 128)
 #   MOEZIP_RUN_EXPERTS       replicate (default) or split: how the top-2 model's experts are made
-#                            (moezip-upcycle --experts; docs/upcycle.md: split top-2 of 8 experts of
+#                            (moezip-upcycle --experts; docs/internals/upcycle.md: split top-2 of 8 experts of
 #                            this tiny model does not write English, replicate gives the dense story)
 #   MOEZIP_RUN_WORKER_WAIT   seconds to wait for a worker's ready line (default 60)
 # Exit status: 0 when everything ran and the distributed run is identical to the single-node run;

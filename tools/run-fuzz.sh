@@ -3,7 +3,7 @@
 #   tools/run-fuzz.sh [target ...]      (targets: config request reply; default: all)
 # Inputs that add coverage accumulate in build/fuzz/corpus/<target>/ (kept between runs, seeded from
 # tests/fuzz/corpus/<target>/); crashing inputs are written to build/fuzz/artifacts/<target>/.
-# Exit status 1 when any target found a crash. See docs/fuzzing.md.
+# Exit status 1 when any target found a crash. See docs/internals/fuzzing.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build}"

@@ -3,7 +3,7 @@
 // When an expert is owned by several hosts, each call decides which owner computes that expert's
 // slots. The decision only moves work: the exact combine adds every slot's output in the engine's
 // slot order, and a slot's output is the same bits on every host (same kernels, per-slot
-// arithmetic: docs/numerics.md), so the result does not depend on it.
+// arithmetic: docs/internals/numerics.md), so the result does not depend on it.
 //
 // The model of a host: expected time of a part = a worker's overhead (transfer and ZeroMQ, the round
 // trip minus the worker's own service time: a fixed cost per call, plus a cost per slot in large

@@ -15,7 +15,7 @@
 // A host left without units is given one to be measured again: in
 // rows mode after kShareProbeCalls calls (each call is split afresh), in shard mode after
 // ShardHandler::kShardProbeAdjustments slice checks. Hosts: 0 = this host, 1 + w = worker w. Rows
-// results do not depend on the split (docs/numerics.md); shard results depend on the slice
+// results do not depend on the split (docs/internals/numerics.md); shard results depend on the slice
 // boundaries in the last bits, within the documented tolerance.
 #pragma once
 

@@ -30,7 +30,7 @@ enum class ConfigMode {
 enum class MismatchPolicy { passthrough, abort };
 /// A worker fails or times out.
 enum class WorkerErrorPolicy { local, abort };
-/// Whether workers must compute with this host's very kernels (docs/numerics.md).
+/// Whether workers must compute with this host's very kernels (docs/internals/numerics.md).
 enum class NumericsPolicy {
     exact,        ///< a worker on another CPU variant or build is refused: every result is the single-node bits
     approximate,  ///< such a worker is accepted; its results are checked by verify_every within the tolerances

@@ -160,7 +160,7 @@ std::string peer_value_text(const nlohmann::json & j, const char * key) {
     return std::string("(a JSON ") + it->type_name() + ")";
 }
 
-/// What a worker's hello_ok says it may use (`cpu`, docs/protocol.md): an object of the known
+/// What a worker's hello_ok says it may use (`cpu`, docs/internals/protocol.md): an object of the known
 /// numbers only (threads, affinity_cpus, quota_cores, cores; null where absent or not a number),
 /// never the peer's JSON as it came; null when it said nothing. The one reader of that field.
 nlohmann::json stated_cpu(const nlohmann::json & identity) {

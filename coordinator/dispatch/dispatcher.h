@@ -48,7 +48,7 @@ struct EngineIdentity {
     BackendVariant variant;
 };
 
-/// The cores a worker's hello_ok identity states it may use (`cpu.cores`, docs/protocol.md), as a
+/// The cores a worker's hello_ok identity states it may use (`cpu.cores`, docs/internals/protocol.md), as a
 /// first guess of its speed: 0 (unknown) unless a number in (0, kMaxStatedCores], stated beside
 /// positive threads and affinity CPUs, and no more than those nor than a quota stated beside it (a
 /// worker states min(threads, affinity CPUs, quota), coordinator/base/cpu_capacity.h: more is not a
@@ -126,7 +126,7 @@ public:
     const std::vector<double> & shard_shares(CallSize size = CallSize::large) const { return shard_shares_[(int) size]; }
     /// New shard shares (sum 1) for calls of `size`: every worker says hello again with both splits
     /// before its next request, so it accepts only its slices of them (a changed slice is a new plan,
-    /// docs/protocol.md).
+    /// docs/internals/protocol.md).
     void set_shard_shares(CallSize size, std::vector<double> shares);
     MoeExecutor & executor() { return exec_; }
     /// This host's content digests of the experts workers compute, and what reading them cost.

@@ -1,4 +1,4 @@
-// moezip wire protocol v5 (byte layout and rules: docs/protocol.md).
+// moezip wire protocol v5 (byte layout and rules: docs/internals/protocol.md).
 //
 // Transport: ZeroMQ, coordinator DEALER -> worker ROUTER. Every message is multipart:
 //   frame 0: MsgHeader (152 bytes, little-endian, fixed layout pinned by static_asserts)

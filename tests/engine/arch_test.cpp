@@ -80,7 +80,7 @@ std::string try_start_worker(Cluster & c, const std::string & model, const std::
 
 /// Shard mode (this host and the worker with every expert, n_ff halves) with every call shadowed:
 /// either every layer distributed with the shadow's largest difference and smallest cosine inside
-/// the default verify tolerances (docs/numerics.md: shard sums partial results in another order, so
+/// the default verify tolerances (docs/internals/numerics.md: shard sums partial results in another order, so
 /// it is not bit-identical), or, for layers with expert biases (gpt-oss), left to the engine with a
 /// reason naming them and the observe run's logits.
 void expect_shard_within_tolerance(const Cluster & c, const std::string & model) {

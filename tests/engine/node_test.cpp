@@ -3,7 +3,7 @@
 // without LD_PRELOAD=libmoezip.so in local mode. Same text, exit 0, every MoE layer handled by moezip,
 // and only the node process that ran the model writes a report (node-llama-cpp also forks a child
 // node with the same environment to test its binary; that child must stay silent and exit at once).
-// The exact CLI command is documented in docs/node.md.
+// The exact CLI command is documented in docs/internals/node.md.
 #include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>

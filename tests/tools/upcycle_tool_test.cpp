@@ -1,6 +1,6 @@
 // moezip-upcycle end to end: dense stories260K -> MoE GGUF, checked by generating with moezip-run
 // (greedy tokens compared with the dense model's), by reading the written file back with the gguf
-// API, and by feeding it bad input. docs/upcycle.md describes the construction.
+// API, and by feeding it bad input. docs/internals/upcycle.md describes the construction.
 #include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Runs each libFuzzer target (tests/fuzz/, built into <build>/fuzz/ by `make`) for a short bounded
 // time from its committed seed corpus, so that `make test` counts them: the fuzzer must exit 0. A
 // crash, a sanitizer report or a broken invariant fails the test with the crashing input's path.
-// The time per target is FUZZ_TEST_SECONDS (default 15); `make fuzz` runs them longer (docs/fuzzing.md).
+// The time per target is FUZZ_TEST_SECONDS (default 15); `make fuzz` runs them longer (docs/internals/fuzzing.md).
 #include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // make bench: what one phase run (prefill only, or decode only) says about the MoE layers and the wire.
 // Inputs are the files of one run: tools/run-bench.sh's meta JSON, moezip-run's JSON
-// (docs/moezip-run.md) and the preload's report (schema moezip-report/1: coordinator/evidence/evidence.cpp
+// (docs/internals/moezip-run.md) and the preload's report (schema moezip-report/1: coordinator/evidence/evidence.cpp
 // for `layers`, coordinator/dispatch/dispatcher.cpp for `workers`).
 "use strict";
 const { sum } = require("./stats.js");

@@ -39,7 +39,7 @@ enum class fixture_shexp_kind {
     counted, ///< deepseek2, glm4moe, llama4: ffn_*_shexp of width n_expert_shared * n_ff_exp, no gate
 };
 
-/// Widths and counts that an arch derives from the shape (documented in docs/fixtures.md).
+/// Widths and counts that an arch derives from the shape (documented in docs/internals/fixtures.md).
 struct fixture_dims {
     int64_t n_ff = 0;               ///< feed_forward_length of the dense layers (0: the arch has none)
     int64_t n_ff_shexp = 0;         ///< width of the shared expert (0: none)

@@ -42,9 +42,9 @@ struct fixture_tensor {
 ///   blk.N.ffn_gate_exps, up_exps  [n_embd, n_ff_exp, n_expert]      weight_type
 ///   blk.N.ffn_down_exps           [n_ff_exp, n_embd, n_expert]      weight_type
 ///   output_norm                   [n_embd]                          f32
-/// Other rows add or replace parts (docs/fixtures.md "Architectures"): MLA attention, biases, shared
+/// Other rows add or replace parts (docs/internals/fixtures.md "Architectures"): MLA attention, biases, shared
 /// experts, dense layers. Matrices take weight_type; vectors (norms, biases, sinks, routers) stay
-/// f32. `n_vocab` is the final vocab size. See docs/fixtures.md for the choice of each std.
+/// f32. `n_vocab` is the final vocab size. See docs/internals/fixtures.md for the choice of each std.
 std::vector<fixture_tensor> fixture_tensor_plan(const fixture_config & cfg, const fixture_arch & arch,
                                                 const fixture_dims & d, int64_t n_vocab);
 

@@ -1,6 +1,6 @@
 // moezip-fixture: writes a deterministic synthetic MoE GGUF model (qwen3moe, or another arch of
 // fixture_arch.h; one file or llama.cpp's split files) that the engine loads and runs. See
-// docs/fixtures.md. Exit status 0 on success, 1 on any error (one line on stderr),
+// docs/internals/fixtures.md. Exit status 0 on success, 1 on any error (one line on stderr),
 // CLI11's own non-zero codes for malformed flags.
 #include "tools/moezip-fixture/fixture_arch.h"
 #include "tools/moezip-fixture/fixture_config.h"

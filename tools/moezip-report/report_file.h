@@ -5,7 +5,7 @@
 //     With several engine contexts (one ggml_backend_sched each) `logits.streams` gives each context's
 //     own count and chain, and each listed graph its `stream`: contexts decoding at once interleave
 //     their graphs in any order, their own sequences do not depend on it.
-//   "moezip-run/1": moezip-run's --json (docs/moezip-run.md); `logits_xxh3[i]` is XXH3-64 of the one
+//   "moezip-run/1": moezip-run's --json (docs/internals/moezip-run.md); `logits_xxh3[i]` is XXH3-64 of the one
 //     logits row ([n_vocab] f32) that step i sampled from.
 // The two sequences measure different things, so only documents of one schema are compared.
 #pragma once

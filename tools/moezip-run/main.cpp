@@ -2,7 +2,7 @@
 // benchmark harness. It loads a GGUF model, prefills a prompt (text or a seeded fixture of token
 // ids), greedy-decodes a fixed number of tokens and reports ids, logits hashes and speed.
 // It knows nothing about libmoezip: the preload library is tested by running this binary under it.
-// Flags, JSON schema and exit codes: docs/moezip-run.md.
+// Flags, JSON schema and exit codes: docs/internals/moezip-run.md.
 
 #include "tools/moezip-run/engine.h"
 #include "tools/moezip-run/generate.h"

@@ -1,5 +1,5 @@
 // moezip-run: what a run tells: the one-line summary on stderr and the --json report
-// (schema "moezip-run/1", documented in docs/moezip-run.md).
+// (schema "moezip-run/1", documented in docs/internals/moezip-run.md).
 #pragma once
 
 #include "provider_map/status.h"

@@ -7,7 +7,7 @@
 
 namespace moezip_run {
 
-/// Exit codes of moezip-run (also listed in --help and docs/moezip-run.md).
+/// Exit codes of moezip-run (also listed in --help and docs/internals/moezip-run.md).
 enum exit_code : int {
     exit_ok      = 0,  ///< the run finished
     exit_runtime = 1,  ///< bad model file, prompt too long, engine error, cannot write --json

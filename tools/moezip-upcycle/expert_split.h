@@ -1,6 +1,6 @@
 // moezip-upcycle: the numerical core of MoEfication. Splits one layer's dense SwiGLU FFN into
 // n_expert experts of n_ff_exp hidden units each and builds the router, in plain f32 arrays.
-// No file I/O here; docs/upcycle.md gives the construction and its numerical effect.
+// No file I/O here; docs/internals/upcycle.md gives the construction and its numerical effect.
 //
 // Layouts are ggml's (ne[0] is the contiguous dimension), as in the GGUF tensors:
 //   dense  ffn_gate.weight / ffn_up.weight  [n_embd, n_ff]            (row i = hidden unit i)
@@ -81,7 +81,7 @@ unit_assignment replicate_units(int64_t n_ff, int64_t n_expert);
 struct moe_build_params {
     router_kind router = router_kind::zero;
     float router_scale = 1.0f;  ///< multiplies the gate_mean router rows (ignored for zero)
-    float down_scale   = 1.0f;  ///< multiplies every down column: n_expert_used (see docs/upcycle.md)
+    float down_scale   = 1.0f;  ///< multiplies every down column: n_expert_used (see docs/internals/upcycle.md)
 };
 
 /// One layer's MoE FFN in f32 (layouts above).

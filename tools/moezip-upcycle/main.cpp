@@ -10,7 +10,7 @@
 // --type same (the default) writes each expert tensor in its dense tensor's type, so a quantized
 // model's exact upcycle keeps its text. --experts none writes the dense model itself with its
 // matrices converted to --type (llama-quantize's rules): a quantized dense model to compare with.
-// See docs/upcycle.md. Exit status 0 on success, 1 on any error (one message on stderr), 2 for
+// See docs/internals/upcycle.md. Exit status 0 on success, 1 on any error (one message on stderr), 2 for
 // bad command-line syntax.
 #include "tools/moezip-upcycle/upcycle.h"
 

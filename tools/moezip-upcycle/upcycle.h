@@ -1,5 +1,5 @@
 // moezip-upcycle: turns a dense llama GGUF into a MoE llama GGUF (MoEfication from the trained
-// weights). Construction and numerical effect: docs/upcycle.md.
+// weights). Construction and numerical effect: docs/internals/upcycle.md.
 #pragma once
 
 #include "provider_map/status.h"

@@ -1,5 +1,5 @@
 // moezip-worker: serves the routed-expert FFN computations of one GGUF model's MoE layers to moezip
-// coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/protocol.md; usage: docs/worker.md;
+// coordinators over ZeroMQ (protocol: coordinator/wire/protocol.h, docs/internals/protocol.md; usage: docs/worker.md;
 // keys and threat model: docs/security.md).
 //
 //   moezip-worker --model M.gguf [--bind tcp://127.0.0.1:5601] [--experts 0-63,96-127]
