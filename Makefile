@@ -7,7 +7,7 @@
 # llama.cpp CMake build folder. Default: the pinned node-llama-cpp 3.21.1 that `make deps` installs.
 # `make deps` (tools/engines/engine-config.sh) resolves it into $(BUILD)/engine.mk (ENGINE_NAME,
 # ENGINE_BIN, ENGINE_SRC, ENGINE_LINK) and the identity compiled in, $(BUILD)/gen/engine_pin.inc.
-# One build folder per engine: make ENGINE=~/llama.cpp/build BUILD=build-mine (README).
+# One build folder per engine: make ENGINE=~/llama.cpp/build BUILD=build-mine (docs/engines.md).
 PINNED_ENGINE := $(CURDIR)/.deps/engine
 ENGINE     ?= $(PINNED_ENGINE)
 BUILD      ?= build
@@ -99,7 +99,7 @@ deps:
 	@tools/engines/engine-config.sh "$(ENGINE)" "$(BUILD)" $(ENGINE_SRC_ARG)
 
 # What a host and its workers need, for one engine, without the test suite (tools/engines/prepare.sh
-# builds it per test engine; README "Your own llama.cpp").
+# builds it per test engine; the README's two-machine quick start, docs/deploy.md).
 engine-tools: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-engine-tools
 build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report

@@ -90,7 +90,7 @@
 #   BENCH_THROTTLE      the *_slow variants: the worker's CPU quota in % of one core (default 40)
 #   BENCH_THROTTLE_PERIOD_US   the quota's period (default 100000, cpu.max's default)
 #   BENCH_PREFILL, BENCH_UBATCH, BENCH_DECODE   512, 512, 64
-#   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached, ~10 min);
+#   BENCH_RPC           1 (default): the rpc_* variants (builds llama.cpp once if it is not cached: docs/engines.md gives its time);
 #                       0: skip them. BENCH_LLAMA_BUILD: a llama.cpp CMake build folder with -DGGML_RPC=ON instead
 #   BENCH_CEILING       1 (default): per model with an experts variant, tools/moezip-ceiling measures what a
 #                       dispatch of a decode call's slots reaches on this machine over ZeroMQ and over plain TCP
@@ -223,7 +223,7 @@ LLAMA_BIN=""
 if [ "$RPC" = 1 ]; then
     if [ -n "${BENCH_LLAMA_BUILD:-}" ]; then LLAMA_BIN=$BENCH_LLAMA_BUILD/bin
     else
-        say "llama.cpp with GGML_RPC for the rpc_* variants (cached; a cold build takes ~10 min)"
+        say "llama.cpp with GGML_RPC for the rpc_* variants (cached; a cold build took 37 min on a loaded 2-core VM: docs/engines.md)"
         if b=$("$ROOT/tools/engines/build-llamacpp.sh" "$ROOT/.deps/engine/node_modules/node-llama-cpp/llama/gitRelease.bundle" \
                  2> "$OUT/llama.cpp-build.log"); then LLAMA_BIN=$b/bin
         else RPC_NOTE="rpc variants skipped: building llama.cpp failed ($(tail -1 "$OUT/llama.cpp-build.log"))"; fi

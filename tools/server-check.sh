@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs an unmodified llama-server twice on the same model, once plain and once under libmoezip.so,
 # queries both with the same OpenAI-compatible requests at temperature 0 (curl), and says whether
-# every answer is the same: `identical: yes|no`. Used by the README's "Your own llama.cpp" and by
+# every answer is the same: `identical: yes|no`. Used by the README's two-machine quick start and by
 # tests/engine/server_test.cpp.
 #
 #   tools/server-check.sh --server PATH/llama-server --preload PATH/libmoezip.so --config moezip.toml

@@ -7,8 +7,8 @@
 #   tools/engines/build-llamacpp.sh SOURCE [TARGET...]
 #
 # SOURCE: a git bundle (node-llama-cpp's llama/gitRelease.bundle) or a llama.cpp git checkout.
-# TARGETs: ninja targets (default: the programs the tests run). At -j2 on the 2-core VMs this takes
-# about 10 minutes when nothing else runs (docs/engines.md).
+# TARGETs: ninja targets (default: the programs the tests run). At -j2 on a 2-core VM under a load
+# average of 5-10 this took 37 minutes of wall time (docs/engines.md); less on an idle machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src_in="$1"; shift
@@ -36,7 +36,7 @@ if [ ! -d "$root/src/.git" ] || [ "$(git -C "$root/src" rev-parse HEAD 2>/dev/nu
   git clone -q "$src_in" "$root/src"
   git -C "$root/src" -c advice.detachedHead=false checkout -q "$commit"
 fi
-echo "build-llamacpp: building llama.cpp ${commit:0:12} (${FLAGS[*]}) at -j$JOBS into $root/build: about 10 min on 2 idle cores" >&2
+echo "build-llamacpp: building llama.cpp ${commit:0:12} (${FLAGS[*]}) at -j$JOBS into $root/build: 37 min on a loaded 2-core VM (docs/engines.md), less when idle" >&2
 start=$(date +%s)
 cmake -S "$root/src" -B "$root/build" "${FLAGS[@]}" >"$root/cmake.log" 2>&1 \
   || { tail -30 "$root/cmake.log" >&2; exit 1; }
