@@ -27,7 +27,7 @@ struct ModelMapPopulation {
 /// (mm/filemap.c, do_sync_mmap_readahead), mapped by one PMD entry each, whatever the disk's
 /// read_ahead_kb, instead of the folio sizes readahead ramps up to (at most 128 KiB with the common
 /// read_ahead_kb 128: 4 KiB entries on x86). Same bytes; a decode step misses the TLB far less
-/// (docs/performance.md, "The page cache decides the mapped single"). Pages cached already keep
+/// (docs/history/bench-runs.md, "The page cache decides the mapped single"). Pages cached already keep
 /// their sizes. On failure (why_not set) the pages come in on first use: correct, only slower on
 /// the first prompt. Needs libggml-base loaded (it reads the GGUF's tensor table).
 ModelMapPopulation populate_model_map(const Config & cfg, char * addr, size_t len, int fd, long offset);

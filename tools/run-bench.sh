@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: measures moezip against the unhooked engine and writes $BUILD/bench/bench.json plus a
-# table (method and results: docs/performance.md).
+# table (method: docs/benchmarking.md; current results: docs/performance.md).
 #
 # Per model, one loop of repetitions; each repetition runs every (variant, network, core placement)
 # once, the order reversed on every other repetition (A B C, C B A, ...), so drift of this shared VM

@@ -32,7 +32,7 @@ inline CallSize other_call_size(CallSize size) { return size == CallSize::small 
 /// Only when this host began waiting before the worker could have finished (the wait started less
 /// than `service_ms` after the send) did the reply certainly arrive during the wait. Taking the other
 /// samples as true made the overhead include this host's own compute time: the slower this host, the
-/// costlier the worker looked and the more work this host was given (docs/performance.md,
+/// costlier the worker looked and the more work this host was given (docs/history/bench-runs.md,
 /// "Placement and a slower worker").
 ///
 /// sent_at: when the request was handed to ZeroMQ; wait_from: when this host began waiting for the

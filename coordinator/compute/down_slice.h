@@ -4,7 +4,7 @@
 // [ff_first, ff_first + ff_count) of n_ff is a part of every one of its n_embd rows. Read through a
 // strided view, the memory traffic is nearly that of whole rows (what lies between the parts is
 // fetched too), so a host computing half of n_ff took 91% of the whole layer's time
-// (docs/performance.md, shard1). A copy with the parts packed row after row makes the reads
+// (docs/history/bench-runs.md, shard1). A copy with the parts packed row after row makes the reads
 // proportional to the slice. It holds the same quantization blocks in the same order, so the
 // kernel's dot products, and the results, are bit-identical to the strided view's.
 //

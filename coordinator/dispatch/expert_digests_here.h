@@ -9,7 +9,7 @@
 // does not compute, it drops each one's pages right after hashing it (release_expert_slices:
 // read-only file mappings only; anonymous memory, --no-mmap, is resident anyway and left alone), so
 // at most one expert of a worker is resident here at a time (dropping a layer's at once raised the
-// coordinator's peak by a layer of the worker's experts: 306 MiB on a3b-L4-q8_0, docs/performance.md).
+// coordinator's peak by a layer of the worker's experts: 306 MiB on a3b-L4-q8_0, docs/history/bench-runs.md).
 // Checking a worker therefore costs reading its experts once from the page cache or the disk, not
 // resident memory. Each digest is computed once per plan and kept until the plan is forgotten, so
 // a second worker, or a worker restarted, is checked without reading anything again.

@@ -7,7 +7,7 @@
 // experts copied into it (rounded to 2 MiB at the edges of each written run when huge pages are
 // used). MADV_HUGEPAGE: with transparent huge pages in "madvise" mode (Debian's default) the kernel
 // backs it with 2 MiB pages, fewer TLB misses than the 4 KiB page-cache pages of a file mapping
-// (docs/performance.md, "The coordinator's own experts in huge pages").
+// (docs/history/bench-runs.md, "The coordinator's own experts in huge pages").
 #pragma once
 
 #include "provider_map/status.h"

@@ -3,7 +3,7 @@
 // llama.cpp maps the GGUF read-only and shared (src/llama-mmap.cpp), and the coordinator computed
 // its own experts from those 4 KiB page-cache pages, while a moezip-worker holds its experts in
 // anonymous memory with transparent huge pages. On the VMs this project is measured on, an experts1
-// coordinator decodes 1.5x faster from such a copy (docs/performance.md, "The coordinator's own
+// coordinator decodes 1.5x faster from such a copy (docs/history/bench-runs.md, "The coordinator's own
 // experts in huge pages"; one node with --no-mmap, anonymous but in 4 KiB pages, gains 1.1x: it is
 // the TLB, not the page cache).
 //

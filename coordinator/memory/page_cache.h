@@ -7,11 +7,11 @@
 // The sizes come from how the file entered the page cache, and stay until its pages are evicted:
 // - on filesystems with large folios (ext4 since Linux 6.16, xfs since 5.18) readahead builds them up,
 //   capped by the readahead window: PMD size only where the device's read_ahead_kb is at least 2048
-//   (8192 on the 2-core Debian 12 VM measured in docs/performance.md; a common default is 128, which stops at 128 KiB folios), or at once when the
+//   (8192 on the 2-core Debian 12 VM measured in docs/history/bench-runs.md; a common default is 128, which stops at 128 KiB folios), or at once when the
 //   mapping is advised MADV_HUGEPAGE (mm/filemap.c, do_sync_mmap_readahead);
 // - reads without readahead (POSIX_FADV_RANDOM, POSIX_FADV_WILLNEED / MADV_WILLNEED, whose
 //   force_page_cache_ra reads at the mapping's minimum order) and other filesystems give 4 KiB folios.
-// On the 2-core VM of docs/performance.md the same unhooked run decoded at 27-34 tok/s with 10% of the
+// On the 2-core VM of docs/history/bench-runs.md the same unhooked run decoded at 27-34 tok/s with 10% of the
 // file PMD-mapped and at 89-91 tok/s with 97%: one page-cache history apart. Benchmarks therefore set
 // this state before their runs and record it (tools/run-bench.sh, tools/moezip-pagecache).
 //

@@ -4,7 +4,7 @@
 // mode) every expert is computed from a copy in anonymous memory with huge pages
 // (coordinator/memory/own_expert_copies.h): one node with the memory kind an experts-mode
 // coordinator and its workers compute from, the reference that tells what distributing gains apart
-// from what the memory kind gains (docs/performance.md).
+// from what the memory kind gains (docs/benchmarking.md, variant local_copy).
 #pragma once
 
 #include "coordinator/compute/moe_exec.h"

@@ -129,7 +129,7 @@ TEST(ShareBalance, RowsModeCountsTheTransferPerRowGiven) {
 
 // Shard mode: every worker gets every row, so a prefill's transfer is a fixed cost of that call and
 // says nothing of a decode call's. The bench's throttled run measured 74 ms on 512-row calls and
-// then gave the worker no slice at all, decode included (docs/performance.md).
+// then gave the worker no slice at all, decode included (docs/history/bench-runs.md).
 TEST(ShareBalance, ShardModeKeepsAPrefillsTransferOutOfDecodeCalls) {
     moezip::ShareBalancer b(2, moezip::SharePayload::call_rows);
     b.observe(0, CallSize::large, 24 * 512, 24 * 512 * 0.01);  // 0.01 ms per row x block

@@ -154,7 +154,7 @@ TEST(ExpertBalance, AnOverheadUpperBoundOnlyLowersTheEstimate) {
     EXPECT_DOUBLE_EQ(fresh.speed(1).overhead.per_call_ms(), 0.0);
 }
 
-// The bench's timed runs (docs/performance.md, "Balancer estimates per call size"): a 512-token
+// The bench's timed runs (docs/history/bench-runs.md, "Balancer estimates per call size"): a 512-token
 // prefill came first, its replies carried thousands of slot outputs, and their transfer was kept
 // as the worker's overhead for every call after, so each decode call of 8 slots gave the worker
 // fewer than its half. The transfer is a cost per slot of large calls, and a decode call pays only
@@ -234,7 +234,7 @@ int worker_slots_after_loop(double here_ms_per_slot, double worker_ms_per_slot, 
 
 } // namespace
 
-// The bench run of 2026-12-01 (docs/performance.md, "Placement and a slower worker"): with every expert
+// The bench run of 2026-12-01 (docs/history/bench-runs.md, "Placement and a slower worker"): with every expert
 // on both hosts, decode ran at 0.87x one node against 1.42x for plain halves, because a reply read
 // after this host's compute was taken as a true overhead sample (the time in recv exceeded 0.05 ms as
 // soon as the I/O thread got the core). The overhead then grew with this host's own compute time, the

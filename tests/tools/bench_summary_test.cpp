@@ -187,7 +187,7 @@ TEST(BenchSummary, TheProjectionTakesEachVariantsSpeedUpOverItsOwnOneNode) {
     for (const json & x : rows)
         if (x["layers"] == 48 && x["link"] == "1g" && x["phase"] == "decode") row = &x;
     ASSERT_NE(row, nullptr) << rows.dump();
-    // the model of docs/performance.md: per layer one node 1000/60/4 ms; a variant that over its
+    // the model of docs/history/bench-runs.md: per layer one node 1000/60/4 ms; a variant that over its
     // speed-up, plus its wire per layer (bytes of the busier direction at 117.5 MB/s, 0.1 ms per round trip)
     const double one = 1000.0 / 60 / 4;
     const double moezip = one / 1.25 + 32768 / 117500.0 + 0.1, rpc = one / 0.8 + 8256 / 117500.0 + 3 * 0.1;

@@ -43,7 +43,7 @@ class RecordingLink : public moezip_ceiling::HostLink {
 
 } // namespace
 
-// A decode call's bytes (docs/performance.md "Wire"): a 152-byte header as moezip's MsgHeader, the
+// A decode call's bytes (docs/history/bench-runs.md "Wire"): a 152-byte header as moezip's MsgHeader, the
 // row's hidden state [n_embd] f32 with n_used ids (i32) and weights (f32); back, one [n_embd] f32
 // output per worker slot. With 8 slots and the host taking 4.25, the worker computes 3.75 slots'
 // time and returns 4 outputs; one node sends nothing.

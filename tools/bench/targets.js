@@ -22,7 +22,7 @@
 //
 // The same memory kind. An experts-mode coordinator computes its own experts from a copy with huge
 // pages (experts.copy_local) and so does each worker, while the unhooked engine reads 4 KiB pages of
-// its file mapping; on the 2-core Debian 12 VM of docs/performance.md that alone made a decode step 2.3-3.4x faster. So the experts1 variants
+// its file mapping; on the 2-core Debian 12 VM of docs/history/bench-runs.md that alone made a decode step 2.3-3.4x faster. So the experts1 variants
 // get a second bound that starts from one node computing from such a copy (`local_copy`): its paired
 // speed over `single` times the bound above with p_c, the MoE share of local_copy's phase runs. What
 // a variant reaches of it is what distributing gains; the first bound mixes in the memory kind.

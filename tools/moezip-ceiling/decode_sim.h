@@ -6,7 +6,7 @@
 // paravirtualized VM, ZeroMQ's I/O threads, TCP over loopback) is measured by doing what a decode call
 // does with nothing of moezip in it: the host sends the hidden state, computes its share of the
 // slots, takes the worker's per-slot outputs; the worker computes the rest. The best step over host
-// shares is the ceiling a real run can be held to (docs/performance.md, "What a dispatch reaches here").
+// shares is the ceiling a real run can be held to (docs/history/bench-runs.md, "What a dispatch reaches here").
 #pragma once
 
 #include "sim_link.h"

@@ -2,7 +2,7 @@
 // messages reach on this machine, with spins in place of the experts' compute (decode_sim.h says
 // why), over ZeroMQ (moezip's transport) and over plain TCP with the worker blocking or polling
 // (what of it the wake-ups cost; sim_link.h). Prints one JSON object (schema moezip-ceiling/1,
-// docs/performance.md):
+// docs/benchmarking.md):
 //   moezip-ceiling --slot-ms 0.19 --moe-share 0.66 [--layers 4 --n-used 8 --n-embd 2048]
 //                  [--rounds 60] [--transports zeromq,zeromq_poll,tcp_block,tcp_busy_poll]
 //                  [--host-cpu 0 --worker-cpu 1] [--out FILE]

@@ -3,7 +3,7 @@
 //   moezip-pagecache set --fill kernel|huge|small FILE...  evict, read back, print the state as `state` does
 //   moezip-pagecache evict FILE...
 // Exit 0; 1 with "moezip-pagecache: error: <file>: <reason>" on stderr; CLI11's own codes (>= 100)
-// for bad flags. docs/performance.md ("The page cache decides the mapped single") says why a
+// for bad flags. docs/history/bench-runs.md ("The page cache decides the mapped single") says why a
 // benchmark sets this before it times a run, and what a user gains from `set --fill huge`.
 #include "coordinator/memory/page_cache.h"
 
