@@ -274,7 +274,10 @@ void write_report(Session & s, bool complete) {
         s.ev.sched_graphs = s.sched_graphs.load();
         j = evidence_to_json(s.ev, complete);
     }
-    if (s.runner) j["workers"] = s.runner->workers_json();
+    if (s.runner) {
+        j["workers"] = s.runner->workers_json();
+        j["checks"]["computes_failed"] = s.runner->failed_computes();  // by on_worker_error = "abort" or require_intercept
+    }
     if (s.runner) {
         nlohmann::json balance = s.runner->balance_json();
         if (!balance.is_null()) j["balance"] = balance;
@@ -336,6 +339,18 @@ std::string intercept_failure(Session & s) {
     return "";
 }
 
+// on_worker_error = "abort" and require_intercept fail the computes they cannot let pass, and a host
+// that serves requests goes on after each (llama-server answers HTTP 500 and takes the next one, then
+// exits 0 from main): the process still must not end as a success. "" when no compute failed so.
+std::string failed_computes_failure(Session & s) {
+    if (!s.runner) return "";
+    const uint64_t n = s.runner->failed_computes();
+    if (n == 0) return "";
+    const std::string first = s.runner->first_failed_compute();
+    if (n == 1) return "1 graph compute failed, and with it the host's request that needed it (" + first + ")";
+    return std::to_string(n) + " graph computes failed, and with them the host's requests that needed them (the first: " + first + ")";
+}
+
 // Reading /proc costs tens of microseconds: sample at most every 100 ms, never per small graph.
 void sample_rss(Session & s) {
     auto now = std::chrono::steady_clock::now();
@@ -373,9 +388,12 @@ void at_exit() {
     }
     if (s.runner) s.runner->quiesce(2000);  // other threads leave the engine's kernels before its statics go
     std::string failure = intercept_failure(s);
+    if (!failure.empty()) failure = "require_intercept: " + failure;
+    const std::string computes = failed_computes_failure(s);
+    if (!computes.empty()) failure += (failure.empty() ? "" : "; ") + computes;
     {
         std::lock_guard<std::mutex> lock(s.ev_mu);
-        if (!failure.empty()) s.ev.add_error("require_intercept: " + failure);
+        if (!failure.empty()) s.ev.add_error(failure);
         s.ev.hook_bindings = bindings;
         for (const std::string & b : bypassed)
             if (s.state == State::active) LOG_WARN("%s", b.c_str());
@@ -384,7 +402,7 @@ void at_exit() {
     write_trace(s);
     if (s.runner) s.runner->shutdown();
     if (!failure.empty()) {
-        LOG_ERROR("require_intercept: %s; see %s. The run FAILED (exit status 4).", failure.c_str(),
+        LOG_ERROR("%s; see %s. The run FAILED (exit status 4).", failure.c_str(),
                   s.report_path.empty() ? "(no report)" : s.report_path.c_str());
         fflush(nullptr);
         _exit(4);

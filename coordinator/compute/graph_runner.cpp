@@ -200,6 +200,27 @@ Status GraphRunner::handle_region(const MoeRegion & r, LayerCounters & delta, st
     }
 }
 
+std::string GraphRunner::first_failed_compute() const {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    return first_failed_;
+}
+
+ggml_status GraphRunner::fail_compute(const std::string & why) {
+    const uint64_t n = ++failed_computes_;
+    if (n == 1) {
+        {
+            std::lock_guard<std::mutex> lock(failed_mu_);
+            first_failed_ = why;
+        }
+        // said once in full: the host goes on (a server answers the next request), this process does not succeed
+        LOG_ERROR("%s: this compute fails, and so does the host's request that needed it; the process will exit with "
+                  "status 4 when it ends", why.c_str());
+    } else {
+        LOG_CAPPED(LogLevel::error, "%s: this compute fails (%llu so far)", why.c_str(), (unsigned long long) n);
+    }
+    return GGML_STATUS_FAILED;
+}
+
 namespace {
 
 // Counts a thread inside GraphRunner::compute for the span of a scope.
@@ -228,11 +249,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
         ++ev_.graphs;
         if (!regions.empty()) ++ev_.moe_graphs;
     }
-    if (!ok) {
-        LOG_CAPPED(LogLevel::error, "stopping this compute: a MoE region cannot be distributed as configured and require_intercept = true "
-                                    "(see the report's errors)");
-        return GGML_STATUS_FAILED;
-    }
+    if (!ok) return fail_compute("a MoE region cannot be distributed as configured (see the report's errors; require_intercept = true)");
     int64_t max_rows = 0;
     for (const MoeRegion & r : regions) max_rows = std::max(max_rows, r.n_tokens);
     const bool decode_graph = max_rows <= 1;
@@ -260,9 +277,10 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
             ev_.add_error("layer " + std::to_string(r.il) + ": " + st.to_string());
             if (opt_.abort_on_handler_error || opt_.require_intercept) {
                 lock.unlock();
-                LOG_ERROR("layer %d: %s; stopping this compute (%s)", r.il, st.to_string().c_str(),
-                          opt_.require_intercept ? "require_intercept = true" : "on_worker_error = \"abort\"");
-                return GGML_STATUS_FAILED;
+                const char * policy = opt_.abort_on_handler_error ? "on_worker_error = \"abort\"" : "require_intercept = true";
+                std::string why = "layer " + std::to_string(r.il) + ": " + st.to_string();
+                if (why.find(policy) == std::string::npos) why += std::string(" (") + policy + ")";  // named once
+                return fail_compute(why);
             }
             LOG_CAPPED(LogLevel::warn, "layer %d: %s; the engine recomputes this region", r.il, st.to_string().c_str());
             // the whole region goes back to the engine: a passthrough, not a worker's part computed
@@ -286,9 +304,7 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
             // the output is right, but not computed as configured: the request must not pass as distributed
             ev_.add_error("require_intercept: layer " + std::to_string(r.il) + ": a worker's part was computed here");
             lock.unlock();
-            LOG_CAPPED(LogLevel::error, "layer %d: a worker's part was computed on this host; stopping this compute "
-                                        "(require_intercept = true)", r.il);
-            return GGML_STATUS_FAILED;
+            return fail_compute("layer " + std::to_string(r.il) + ": a worker's part was computed on this host (require_intercept = true)");
         }
         lock.unlock();
         pos = r.last_node + 1;

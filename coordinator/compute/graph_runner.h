@@ -69,6 +69,15 @@ public:
     /// is exiting and another thread still uses it: the handler is left to the OS). Once.
     void shutdown();
 
+    /// Graph computes this runner failed because of the configured policy (on_worker_error =
+    /// "abort", require_intercept): each one failed the host's request that needed it (llama_decode
+    /// returned an error). A long-running host (a server) goes on after them; the session makes its
+    /// exit status 4 when it stops.
+    uint64_t failed_computes() const { return failed_computes_.load(); }
+    /// Why the first of them failed, naming the policy ("layer 3: io error: worker ... unavailable and
+    /// on_worker_error = \"abort\""); "" when none.
+    std::string first_failed_compute() const;
+
 private:
     ggml_status compute_range(ggml_cgraph * gf, ggml_cplan * cplan, int i0, int i1);
     /// Checks each region against its plan (making one for weights seen the first time); sets
@@ -92,6 +101,12 @@ private:
     std::timed_mutex handler_mu_;  // handlers are not thread-safe; node may decode from two threads
     bool shut_down_ = false;       // under handler_mu_
     std::atomic<int> in_flight_{0};  // threads inside compute()
+    /// Counts one compute failed by the policy, logs it (the first one in full, then capped) and
+    /// keeps the first reason; returns GGML_STATUS_FAILED.
+    ggml_status fail_compute(const std::string & why);
+    std::atomic<uint64_t> failed_computes_{0};
+    mutable std::mutex failed_mu_;
+    std::string first_failed_;  // under failed_mu_
 };
 
 } // namespace moezip

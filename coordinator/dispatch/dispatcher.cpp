@@ -56,15 +56,19 @@ void Dispatcher::shutdown() {
     }
 }
 
-Status Dispatcher::hello(Worker & w, bool short_wait) {
+int Dispatcher::hello_wait_ms(const Worker & w, bool connected_again) const {
+    const bool probe = w.backoff_ms > 0 || !w.refused.empty() || w.refused_instance != 0;
+    if (!probe) return cfg_.dispatch.connect_timeout_ms;
+    return std::min(cfg_.dispatch.connect_timeout_ms, connected_again ? 1000 : 250);
+}
+
+Status Dispatcher::hello(Worker & w, int wait_ms) {
     // Whatever was verified before belongs to the instance that answered then.
     w.said_hello = false;
     w.instance = 0;
     w.link->set_instance(0);
     w.plans_ok.clear();
-    // The first hello may wait for a worker still starting; a re-probe of a worker that failed waits
-    // at most 250 ms, so a dead worker costs the engine a short stall per back-off period, not seconds.
-    w.link->set_timeout_ms(short_wait || w.backoff_ms > 0 ? std::min(cfg_.dispatch.connect_timeout_ms, 250) : cfg_.dispatch.connect_timeout_ms);
+    w.link->set_timeout_ms(wait_ms > 0 ? wait_ms : cfg_.dispatch.connect_timeout_ms);  // hello_wait_ms
     nlohmann::json me = {{"protocol", kProtocolVersion}, {"ggml_commit", self_.ggml_commit},
                          {"cpu_variant", self_.variant.name}, {"cpu_build_id", self_.variant.build_id},
                          {"plan", plan_json(&w - workers_.data())}};
@@ -72,6 +76,7 @@ Status Dispatcher::hello(Worker & w, bool short_wait) {
     MsgHeader h = msg_header_make(MsgKind::hello);
     h.request_id = next_request_id();
     Status st = w.link->send(h, {{WireType::none, {text.data(), text.size()}}});
+    w.hello_delivered = (bool) st;
     MsgHeader rh;
     zmq::message_t data;
     if (st) st = w.link->recv(h.request_id, rh, data);
@@ -302,6 +307,7 @@ void Dispatcher::remember_refusal(Worker & w, const std::string & why) {
 void Dispatcher::note_refusal(Worker & w, const std::string & why) {
     remember_refusal(w, why);
     w.refused_instance = w.instance;
+    w.refused_handshakes_seen = w.link ? w.link->handshakes() : 0;
     w.refused_backoff_ms = 1000;
     w.refused_probe_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(w.refused_backoff_ms);
 }
@@ -312,11 +318,17 @@ bool Dispatcher::replaced_since_refusal(Worker & w, const MoeRegion & r) {
     // answers next is another process, worth a hello at once rather than at the end of a back-off
     // that has doubled up to 30 s over a long run.
     const bool went_away = w.link && w.link->saw_disconnect();
-    if (now < w.refused_probe_at && !went_away) return false;
-    w.refused_backoff_ms = std::min(std::max(w.refused_backoff_ms, 500) * 2, 30000);
-    w.refused_probe_at = now + std::chrono::milliseconds(w.refused_backoff_ms);
+    // A new connection completed its handshake: a process is bound at the endpoint and answers. The
+    // probe when the refused one went away may have found the port empty while its successor loaded.
+    const bool connected_again = w.link && w.link->handshakes() > w.refused_handshakes_seen;
+    if (now < w.refused_probe_at && !went_away && !connected_again) return false;
+    if (now >= w.refused_probe_at) {  // only the probes the back-off schedules double it
+        w.refused_backoff_ms = std::min(std::max(w.refused_backoff_ms, 500) * 2, 30000);
+        w.refused_probe_at = now + std::chrono::milliseconds(w.refused_backoff_ms);
+    }
     ensure_link(w, r);
-    Status st = hello(w, /*short_wait =*/ true);
+    Status st = hello(w, hello_wait_ms(w, connected_again));
+    w.refused_handshakes_seen = w.link->handshakes();
     w.said_hello = false;  // a newcomer goes through the whole verification in usable()
     if (!st) return false;  // refused again at hello (same reason), or not reachable: the refusal stands
     if (w.instance == w.refused_instance) return false;  // the same process: its refusal stands
@@ -352,13 +364,23 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         if (!replaced_since_refusal(w, r)) return false;
     }
     auto now = std::chrono::steady_clock::now();
-    if (now < w.down_until) return false;
+    bool connected_again = false;
+    if (now < w.down_until) {
+        // down, and its back-off runs: asked now only when a new connection to it completed its
+        // handshake since (a process answers at the endpoint again); verified from hello as always
+        if (!w.probe_on_connect || !w.link || w.link->handshakes() <= w.handshakes_seen) return false;
+        connected_again = true;
+        ++w.probes_on_connect;
+        LOG_INFO("worker %s connected again: probing it now (its back-off had %lld ms to run)", w.cfg->endpoint.c_str(),
+                 (long long) std::chrono::duration_cast<std::chrono::milliseconds>(w.down_until - now).count());
+        w.down_until = {};  // the back-off ends here; a failed probe starts the next (mark_failed)
+    }
     ensure_link(w, r);
     if (!w.said_hello) {
         // the first hello (and the wait for a connection) and identity check of the run: setup; one
         // after a failure probes a worker that was down: waiting for it
         if (clock.into == nullptr) clock.into = w.failures == 0 ? &usable_time_.setup_ms : &usable_time_.probe_ms;
-        Status st = hello(w);
+        Status st = hello(w, hello_wait_ms(w, connected_again));
         if (st) st = check_identity(w);
         if (!st) {
             w.said_hello = false;
@@ -368,7 +390,11 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
                 LOG_ERROR("%s", st.message().c_str());
                 if (pending_errors_.size() < 50) pending_errors_.push_back(st.message());
             } else {
+                // the hello reached a connected worker that did not answer it in time: its next
+                // connection is no sign that it is back (it never went away)
+                const bool silent_while_connected = w.hello_delivered && st.code() == Status::Code::timeout;
                 mark_failed(wi, st);
+                if (silent_while_connected) w.probe_on_connect = false;
             }
             return false;
         }
@@ -453,6 +479,9 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     w.said_hello = false;  // probe with a fresh hello (and every per-layer check) before any compute
     w.plans_ok.clear();
     if (w.link) w.link->reset();
+    // connections from here on are new: one that completes its handshake brings the probe forward
+    w.handshakes_seen = w.link ? w.link->handshakes() : 0;
+    w.probe_on_connect = true;
     ++w.failures;
     w.last_failure = why.message();
     if (pending_errors_.size() < 50) pending_errors_.push_back("worker " + w.cfg->endpoint + " failed: " + why.message());
@@ -473,7 +502,9 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
             LOG_ERROR("worker %s failed: %s; computing its part here, probing it again after %d ms (back-off doubling to 30 s)",
                       w.cfg->endpoint.c_str(), why.message().c_str(), w.backoff_ms);
         else
-            LOG_ERROR("worker %s failed: %s; on_worker_error = \"abort\": the run stops", w.cfg->endpoint.c_str(), why.message().c_str());
+            LOG_ERROR("worker %s failed: %s; on_worker_error = \"abort\": every compute that needs it fails until it is back "
+                      "(probed again after %d ms, or at once when it connects again), and the process will exit with status 4",
+                      w.cfg->endpoint.c_str(), why.message().c_str(), w.backoff_ms);
         w.logged_down = true;
     }
 }
@@ -507,6 +538,7 @@ nlohmann::json Dispatcher::stats_json() const {
         if (!cpu.is_null()) j["identity"]["cpu"] = cpu;
         j["reverifications"] = w.reverifications;
         j["replaced_after_refusal"] = w.replaced_after_refusal;
+        j["probes_on_connect"] = w.probes_on_connect;
         j["curve"] = w.keys.curve();  // encrypted and authenticated (never the key itself)
         j["verify"] = w.trust.to_json();
         j["untrusted"] = w.trust.why_untrusted();
@@ -532,7 +564,7 @@ nlohmann::json Dispatcher::stats_json() const {
                       {"rtt_minus_service_ms_p50", percentile(s.rtt_minus_service_ms, 0.5)}, {"rtt_minus_service_ms_p99", percentile(s.rtt_minus_service_ms, 0.99)},
                       {"hash_ok", s.hash_ok}, {"hash_failed", s.hash_failed},
                       {"errors", s.errors}, {"timeouts", s.timeouts}, {"fallbacks", s.fallbacks + w.fallbacks_unlinked}, {"stale_replies", s.stale},
-                      {"reconnects", s.reconnects}, {"disconnects", s.disconnects}, {"foreign_instance_replies", s.foreign_instance},
+                      {"reconnects", s.reconnects}, {"disconnects", s.disconnects}, {"handshakes", s.handshakes}, {"foreign_instance_replies", s.foreign_instance},
                       {"parts_dropped", s.parts_dropped}, {"prefix_sum_replies", s.prefix_sum_replies},
                       {"prefix_sum_rows", s.prefix_sum_rows}, {"prefix_sum_slots", s.prefix_sum_slots}, {"max_reply_bytes", w.link->max_reply_bytes_open()}});
         }

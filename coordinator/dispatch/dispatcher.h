@@ -10,8 +10,11 @@
 // header carry it): a reply from another instance means the worker restarted or was replaced, and
 // the whole verification starts again before it gets any compute. A new model epoch (the engine
 // freed the weights the plan was made for) clears every per-layer verification.
-// A worker that fails is marked down and probed again after a back-off (1 s, doubling to 30 s);
-// meanwhile its work is computed here (policy "local") or the compute fails (policy "abort").
+// A worker that fails is marked down and probed again after a back-off (1 s, doubling to 30 s), or
+// at once when a new connection to it completes ZeroMQ's handshake (a process answers at its
+// endpoint again: restarted, resumed after SIGSTOP, its link restored), so it returns to service
+// within a call of answering, verified from hello again; meanwhile its work is computed here
+// (policy "local") or the compute fails (policy "abort").
 // Security (docs/security.md): a worker with a public_key is reached over CURVE with this host's
 // key file (read when the dispatcher is made; a key that cannot be read refuses the worker); the
 // hello states this host's plan for the worker (mode, experts, n_ff slice), and the worker computes
@@ -157,6 +160,15 @@ private:
         uint64_t reverifications = 0;        // hellos after a reply from another instance
         std::chrono::steady_clock::time_point down_until{};
         int backoff_ms = 0;
+        // Return to service: the link's handshakes (WorkerLink::handshakes) when it was last marked
+        // down; one more means a process answers at its endpoint again, probed at once rather than at
+        // the end of the back-off. Off after a probe whose hello reached a connected worker that did
+        // not answer (busy, its compute stuck): its next connection would be no news, so it is probed
+        // by back-off only until it fails some other way.
+        uint64_t handshakes_seen = 0;
+        bool probe_on_connect = true;
+        uint64_t probes_on_connect = 0;      // probes made because it connected again (report)
+        bool hello_delivered = false;        // the last hello was sent over a connection (hello())
         bool logged_down = false;
         uint64_t fallbacks_unlinked = 0;     // fallbacks before any link existed
         uint64_t failures = 0;               // times it was marked down
@@ -172,6 +184,7 @@ private:
         uint64_t refused_instance = 0;
         std::chrono::steady_clock::time_point refused_probe_at{};
         int refused_backoff_ms = 0;
+        uint64_t refused_handshakes_seen = 0;  // the link's handshakes at the last probe of the refusal: one more is a newcomer to ask
         uint64_t replaced_after_refusal = 0;  // refusals dropped because a new instance answered
         // Every refusal of the run, kept for the report when the refusals themselves are dropped (a
         // replaced instance, or plans forgotten when the engine frees the model at exit): how many,
@@ -186,11 +199,19 @@ private:
     /// Counts a refusal of worker w and keeps the first ones' messages for the report's `refusals`
     /// and `refusals_first`, which outlive the refusal itself.
     static void remember_refusal(Worker & w, const std::string & why);
-    /// Called while worker w is refused: at most once per back-off, says hello; true when another
-    /// instance than the refused one answered (every refusal dropped: verify it as a new worker).
+    /// Called while worker w is refused: says hello at most once per back-off, and besides that
+    /// once when the refused process closed its connection and once each time a new connection
+    /// completes its handshake (neither doubles the back-off: a process still loading behind the
+    /// endpoint is asked again as soon as it is bound); true when another instance than the refused
+    /// one answered (every refusal dropped: verify it as a new worker).
     bool replaced_since_refusal(Worker & w, const MoeRegion & r);
-    /// short_wait: at most 250 ms for the reply (a re-probe), else the connect timeout.
-    Status hello(Worker & w, bool short_wait = false);
+    /// Says hello and reads hello_ok, waiting at most wait_ms (0: the connect timeout) for it.
+    Status hello(Worker & w, int wait_ms = 0);
+    /// How long a hello waits for its answer (ms): the connect timeout for a worker not failed nor
+    /// refused; for a probe of one that is, at most 1000 ms when it just connected again (its process
+    /// answers: a resumed worker on a loaded host may take more than 250 ms to read the hello) and at
+    /// most 250 ms at the end of a back-off, so a dead one costs the engine a short stall per period.
+    int hello_wait_ms(const Worker & w, bool connected_again) const;
     nlohmann::json plan_json(size_t w) const;
     void ensure_link(Worker & w, const MoeRegion & r);
     Status check_identity(const Worker & w) const;

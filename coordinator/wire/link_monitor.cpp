@@ -33,14 +33,17 @@ void LinkMonitor::stop() {
     if (pair_) pair_.close();
 }
 
-int LinkMonitor::drain_disconnects() {
+int LinkMonitor::drain_disconnects(int * handshakes) {
     int n = 0;
     if (!pair_) return 0;
     zmq::message_t event;
     while (recv_part_through_signals(pair_, event, zmq::recv_flags::dontwait)) {
         uint16_t id = 0;
         if (event.size() >= sizeof id) memcpy(&id, event.data(), sizeof id);
-        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) handshaken_ = true;
+        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            handshaken_ = true;
+            if (handshakes != nullptr) ++*handshakes;
+        }
         // a connection whose handshake failed closes too (CURVE keys, not a ZeroMQ peer): the
         // send's timeout then names the cause; only a connection that served can be lost
         if (id == ZMQ_EVENT_DISCONNECTED && handshaken_) {

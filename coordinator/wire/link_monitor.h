@@ -27,7 +27,9 @@ public:
     bool active() const { return watched_ != nullptr; }
     /// Reads every event waiting (non-blocking) and returns how many were disconnects of a
     /// connection whose ZeroMQ handshake had succeeded (a failed handshake is not a lost peer).
-    int drain_disconnects();
+    /// `handshakes`, when given, is increased by the connections whose handshake succeeded among
+    /// them (a worker process that answers at the ZeroMQ level: it is up, bound and not stopped).
+    int drain_disconnects(int * handshakes = nullptr);
 
 private:
     zmq::socket_t * watched_ = nullptr;

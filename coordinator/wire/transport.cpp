@@ -56,6 +56,12 @@ constexpr int kReplyAfterDisconnectMs = 100;
 // How long a send waits for a new connection once the worker closed the last one (see send()).
 constexpr int kReconnectGraceMs = 250;
 
+// How long one TCP connect may wait for the worker's host to answer before ZeroMQ gives it up and
+// tries again after its reconnect interval (100 ms). Without it a connect made while the link is
+// down waits out the kernel's SYN retries (1, 3, 7, 15 s after the first): a link restored after
+// 10 s was connected 5 s later.
+constexpr int kConnectAttemptMs = 1000;
+
 } // namespace
 
 void transport_stop_waiting() { g_stopping.store(true); }
@@ -73,7 +79,9 @@ WorkerLink::WorkerLink(zmq::context_t & ctx, std::string endpoint, int timeout_m
 WorkerLink::~WorkerLink() { close_socket(); }
 
 bool WorkerLink::note_disconnects() {
-    const int n = monitor_.drain_disconnects();
+    int handshakes = 0;
+    const int n = monitor_.drain_disconnects(&handshakes);
+    stats_.handshakes += (uint64_t) handshakes;
     if (n == 0) return false;
     stats_.disconnects += (uint64_t) n;
     peer_closed_ = true;
@@ -107,6 +115,7 @@ void WorkerLink::open_once() {
     sock_->set(zmq::sockopt::immediate, 1);  // queue only to completed connections
     sock_->set(zmq::sockopt::routing_id, zmq::const_buffer(routing_id_.data(), routing_id_.size()));
     sock_->set(zmq::sockopt::maxmsgsize, max_reply_bytes_);
+    if (endpoint_.rfind("tcp://", 0) == 0) sock_->set(zmq::sockopt::connect_timeout, kConnectAttemptMs);
     open_max_reply_bytes_ = max_reply_bytes_;
     if (keys_.curve()) {
         sock_->set(zmq::sockopt::curve_serverkey, keys_.server_public);

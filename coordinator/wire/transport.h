@@ -40,6 +40,7 @@ struct WorkerStats {
     uint64_t stale = 0;       ///< replies to an older request, dropped
     uint64_t reconnects = 0;
     uint64_t disconnects = 0;       ///< connections the worker side closed (exit, kill, restart): seen by the socket monitor
+    uint64_t handshakes = 0;        ///< connections whose ZeroMQ handshake completed (the first; again after each reconnect)
     uint64_t foreign_instance = 0;  ///< replies from another worker instance than the verified one, discarded
     uint64_t parts_dropped = 0;     ///< reply parts beyond kMaxMessageParts, read and freed
     /// exact-combine results received as one sum per row of the row's slots 0..m-1 (a prefix of the
@@ -130,6 +131,14 @@ public:
     /// its handshake closed since the last look (by send, recv or this call). A refused worker's
     /// process that exits or is killed says so here, before any request goes to it.
     bool saw_disconnect() { return note_disconnects(); }
+    /// Reads the socket monitor now and returns stats().handshakes: connections to the worker whose
+    /// ZeroMQ handshake completed, over every socket this link opened. A count that grew since a
+    /// failure means a worker process answers at the endpoint again (restarted, resumed after
+    /// SIGSTOP, its link restored): the dispatcher probes it at once instead of at its back-off.
+    uint64_t handshakes() {
+        note_disconnects();
+        return stats_.handshakes;
+    }
 
 private:
     /// Opens and connects the socket; a signal's EINTR opens it again (see open_once).

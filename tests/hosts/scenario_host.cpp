@@ -21,6 +21,14 @@
 //       copy A next to OUT, open the copy, delete it, load it as /proc/self/fd/N and generate (a
 //       model read from a file already gone: a replaced download, O_TMPFILE; its fd's link
 //       reads "... (deleted)"). The run is recorded under A's name.
+//   moezip-test-host serve -m A.gguf [-n N] [--fixture K] [--requests R] [--progress F] [--pid-file P] --json OUT
+//       a server: request after request (a generation from the fixture prompt, memory cleared after
+//       each) until SIGTERM or SIGINT (or R requests). A request that fails is counted and the next
+//       one is served, as llama-server answers HTTP 500 and takes the next; the exit status is 0
+//       after the signal whatever failed, as a server's main returns. Each request appends one
+//       character to F ('o' served, 'f' failed) as it ends. The JSON's runs hold each distinct
+//       output once (one run when every request had the same tokens and logits), and "served" and
+//       "failed" count the requests. P gets the process id once the model is loaded (a test signals it).
 //
 // The JSON: {"runs": [{"model", "context", "tokens": [...], "logits_xxh3": ["16 hex", ...]}]}.
 // Exit 0 when every generation finished, 1 when one failed (the error on stderr), 2 on bad flags.
@@ -36,6 +44,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -60,10 +69,14 @@ struct Args {
     int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300, pauses = 1;
     std::string json;
     std::string pause_file;
+    int64_t requests = 0;  // serve: 0 = until a signal
+    std::string progress;  // serve: one character per request ends here
+    std::string pid_file;  // serve: getpid() written here once serving
 };
 
 std::mutex g_out_mu;
 nlohmann::json g_runs = nlohmann::json::array();
+nlohmann::json g_counts = nlohmann::json::object();  // serve: "served", "failed"
 
 int fail(const std::string & what, const Status & st) {
     fprintf(stderr, "moezip-test-host: error: %s: %s\n", what.c_str(), st.message().c_str());
@@ -100,8 +113,10 @@ Status generate_into(llama_context * ctx, const Args & a, const std::string & mo
         snprintf(buf, sizeof buf, "%016llx", (unsigned long long) h);
         hashes.push_back(buf);
     }
+    const nlohmann::json run = {{"model", model}, {"context", context}, {"tokens", res.tokens}, {"logits_xxh3", hashes}};
     std::lock_guard<std::mutex> lock(g_out_mu);
-    g_runs.push_back({{"model", model}, {"context", context}, {"tokens", res.tokens}, {"logits_xxh3", hashes}});
+    if (a.scenario == "serve" && std::find(g_runs.begin(), g_runs.end(), run) != g_runs.end()) return Status::ok();  // seen: kept once
+    g_runs.push_back(run);
     return Status::ok();
 }
 
@@ -213,6 +228,33 @@ int scenario_exit_mid_decode(const Args & a) {
     exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
 }
 
+std::atomic<bool> g_stop_serving{false};
+
+void on_stop_serving(int) { g_stop_serving = true; }
+
+int scenario_serve(const Args & a) {
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_serving;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (!st) return fail("load", st);
+    if (!a.pid_file.empty()) std::ofstream(a.pid_file) << getpid() << "\n";
+    int64_t served = 0, failed = 0;
+    while (!g_stop_serving && (a.requests == 0 || served + failed < a.requests)) {
+        st = generate_into(l.ctx, a, a.models[0], 0);
+        if (st) ++served;
+        else ++failed;
+        if (!a.progress.empty()) std::ofstream(a.progress, std::ios::app) << (st ? 'o' : 'f');
+    }
+    fprintf(stderr, "moezip-test-host: serve: %lld requests served, %lld failed\n", (long long) served, (long long) failed);
+    std::lock_guard<std::mutex> lock(g_out_mu);
+    g_counts = {{"served", served}, {"failed", failed}};
+    return 0;  // a server's status after it was told to stop, whatever its requests did
+}
+
 int scenario_deleted(const Args & a) {
     if (a.json.empty()) return fail("deleted", Status::invalid_argument("needs --json (the copy is made beside it)"));
     const std::string copy = a.json + ".model-copy";
@@ -288,8 +330,8 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause or deleted")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "deleted"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, deleted or serve")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "deleted", "serve"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
@@ -300,6 +342,10 @@ int main(int argc, char ** argv) {
     app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
     app.add_option("--pauses", a.pauses, "pause: pauses, each followed by a run (P-2.ready, P-2.go, ... after the first)")
         ->check(CLI::Range(1, 100));
+    app.add_option("--requests", a.requests, "serve: stop after this many requests (0: at SIGTERM or SIGINT)")
+        ->check(CLI::Range((int64_t) 0, (int64_t) 1000000000));
+    app.add_option("--progress", a.progress, "serve: append 'o' (served) or 'f' (failed) here as each request ends");
+    app.add_option("--pid-file", a.pid_file, "serve: write the process id here once the model is loaded");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
@@ -316,7 +362,12 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
     else if (a.scenario == "pause") rc = scenario_pause(a);
     else if (a.scenario == "deleted") rc = scenario_deleted(a);
-    if (!a.json.empty()) std::ofstream(a.json) << nlohmann::json{{"runs", g_runs}}.dump(1) << "\n";
+    else if (a.scenario == "serve") rc = scenario_serve(a);
+    if (!a.json.empty()) {
+        nlohmann::json out = g_counts;
+        out["runs"] = g_runs;
+        std::ofstream(a.json) << out.dump(1) << "\n";
+    }
     llama_backend_free();
     return rc;
 }

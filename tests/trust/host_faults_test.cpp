@@ -130,10 +130,12 @@ TEST(HookFailure, AnExceptionInsideTheHookFollowsThePolicyAndLaterGraphsAreStill
     }
     EXPECT_EQ(passthrough, 1) << rep["layers"].dump();
     EXPECT_EQ(fallbacks, 0) << rep["layers"].dump();
-    // on_worker_error = "abort": the compute fails, the host says so, nothing crashes
+    // on_worker_error = "abort": the compute fails, the host says so, nothing crashes, and the exit
+    // status is moezip's 4 (the host's own would be 1), as a host that went on would end
     CommandResult ab = run("abort", "mode = \"local\"\n[dispatch]\non_worker_error = \"abort\"\n", {{"MOEZIP_TEST_FAULT", "throw_in_region"}});
-    EXPECT_EQ(ab.exit_code, 1) << ab.err;
+    EXPECT_EQ(ab.exit_code, 4) << ab.err;
     EXPECT_NE(ab.err.find("llama_decode failed"), std::string::npos) << ab.err;
+    EXPECT_NE(ab.err.find("1 graph compute failed, and with it the host's request that needed it (layer"), std::string::npos) << ab.err;
 }
 
 // ---- B5: request frames never outlive their memory ----------------------------------------------
