@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <ostream>
 #include <string>
 
 using namespace moezip_test;
@@ -23,6 +24,9 @@ struct PolicyCase {
     const char * top;       ///< top-level keys of the config
     const char * dispatch;  ///< keys of its [dispatch] table
 };
+
+// gtest prints a failed case by this, not by its bytes
+void PrintTo(const PolicyCase & p, std::ostream * os) { *os << p.name; }
 
 class ServerPolicy : public ::testing::TestWithParam<PolicyCase> {};
 
@@ -61,7 +65,7 @@ TEST_P(ServerPolicy, AWorkerLostWhileServingFailsItsRequestsAndTheServerExitsWit
     const json rep = load_json(c.dir + "/serve.json");
     EXPECT_EQ(rep["complete"], true);
     // every failed request failed in a compute moezip failed (a request computes several graphs)
-    EXPECT_GE(rep["checks"]["computes_failed"].get<int64_t>(), counts["failed"].get<int64_t>()) << rep["checks"].dump();
+    EXPECT_GE(rep["checks"].value("computes_failed", (int64_t) -1), counts["failed"].get<int64_t>()) << rep["checks"].dump();
     EXPECT_TRUE(errors_mention(rep, "graph computes failed")) << rep["errors"].dump();
 }
 
@@ -78,7 +82,7 @@ TEST_P(ServerPolicy, AServerWhoseWorkerServedEveryRequestExitsWith0) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(load_json(host.json_path())["failed"], 0);
     const json rep = load_json(c.dir + "/serve.json");
-    EXPECT_EQ(rep["checks"]["computes_failed"], 0) << rep["checks"].dump();
+    EXPECT_EQ(rep["checks"].value("computes_failed", (int64_t) -1), 0) << rep["checks"].dump();
     EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
 }
 
