@@ -71,7 +71,7 @@ public:
 
     /// Graph computes this runner failed because of the configured policy (on_worker_error =
     /// "abort", require_intercept): each one failed the host's request that needed it (llama_decode
-    /// returned an error). A long-running host (a server) goes on after them; the session makes its
+    /// returned an error). A long-running host (a server) goes on after them; the preload makes its
     /// exit status 4 when it stops.
     uint64_t failed_computes() const { return failed_computes_.load(); }
     /// Why the first of them failed, naming the policy ("layer 3: io error: worker ... unavailable and
