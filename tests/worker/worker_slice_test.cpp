@@ -123,14 +123,19 @@ TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource
     Cluster c{test_dir("worker_slice_other_model"), {}};
     const std::string s = c.dir + "/other-4-7.gguf";
     ASSERT_EQ(slice(other, "4-7", s).exit_code, 0);
-    ASSERT_TRUE(c.start_worker(s, "ipc://" + c.dir + "/w.sock", "4-7"));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(s, "ipc://" + c.dir + "/w1.sock", "4-7"));
     CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
     ASSERT_EQ(single.exit_code, 0) << single.err;
-    CommandResult r = run_host(c.dir, "refused", model, "mode = \"experts\"\n[experts]\nlocal = \"0-3\"\n" + worker_lines(c, {"4-7"}));
+    CommandResult r = run_host(c.dir, "refused", model, "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_logits(c.dir, "single", "refused");  // computed here instead: still the single node's
     const json rep = load_json(c.dir + "/refused.json");
-    EXPECT_EQ(sum_layers(rep, "remote_slots"), 0u) << "nothing may go to a worker serving other weights";
+    ASSERT_EQ(rep["workers"].size(), 2u) << rep["workers"].dump();
+    EXPECT_EQ(rep["workers"][0]["refusals"], 0) << rep["workers"][0].dump();
+    EXPECT_GT(rep["workers"][0]["slots"].get<uint64_t>(), 0u) << rep["workers"][0].dump();
+    EXPECT_EQ(rep["workers"][1]["refusals"], 2) << "refused for each of the 2 layers: " << rep["workers"][1].dump();
+    EXPECT_EQ(rep["workers"][1]["slots"], 0) << "nothing may go to a worker serving other weights: " << rep["workers"][1].dump();
     const std::string source = other.substr(other.rfind('/') + 1);
     EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
     EXPECT_TRUE(errors_mention(rep, "it serves the slice " + s + " of " + source + " (experts 4-7")) << rep["errors"].dump();
