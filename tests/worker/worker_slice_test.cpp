@@ -2,10 +2,12 @@
 // only its experts gives the coordinator the same digests and the same logits as one serving the
 // whole model; a slice of other experts or of another model is refused by name.
 #include "tests/support/cluster.h"
+#include "tests/worker/worker_fixtures.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <sys/stat.h>
 
 using namespace moezip_test;
@@ -139,6 +141,38 @@ TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource
     const std::string source = other.substr(other.rfind('/') + 1);
     EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
     EXPECT_TRUE(errors_mention(rep, "it serves the slice " + s + " of " + source + " (experts 4-7")) << rep["errors"].dump();
+}
+
+// The same request to a worker on the whole model and to one mapping a slice (--mmap: the slice's
+// pages placed where the whole tensor's layout puts them) gives the same bits; a status change of
+// the slice's file (chmod) makes the mapping worker hash its experts again from the file, which
+// must find the digests hello_ok named (expert e in slot e - first) and go on serving.
+TEST(WorkerSliceFile, AMappedSliceComputesTheWholeModelsBitsAndKeepsServingAfterAStatusChange) {
+    const std::string model = tiny_model();
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_mapped");
+    const std::string s = dir + "/experts-2-5.gguf";
+    ASSERT_EQ(slice(model, "2-5", s).exit_code, 0);
+    WorkerProcess whole, sliced;
+    ASSERT_TRUE(whole.start({"--model", model, "--bind", "ipc://" + dir + "/whole.sock", "--experts", "2-5"}, dir)) << whole.error();
+    ASSERT_TRUE(sliced.start({"--model", s, "--bind", "ipc://" + dir + "/slice.sock", "--mmap"}, dir)) << sliced.error();
+    ComputeRequest r = random_request(1, 3, 17, /*n_choice =*/ 4);
+    for (int32_t & id : r.ids) id += 2;  // experts 2-5
+    WorkerClient a(whole.endpoint(), whole.instance()), b(sliced.endpoint(), sliced.instance());
+    const WorkerReply want = ask_compute(a, r);
+    ASSERT_EQ(want.h.kind, (uint16_t) moezip::MsgKind::result) << want.text();
+    ASSERT_GE(want.frames.size(), 1u);
+    auto same = [&](const WorkerReply & got) {
+        ASSERT_EQ(got.h.kind, (uint16_t) moezip::MsgKind::result) << got.text();
+        ASSERT_EQ(got.frames.size(), want.frames.size());
+        ASSERT_EQ(got.frames[0].size(), want.frames[0].size());
+        EXPECT_EQ(memcmp(got.frames[0].data(), want.frames[0].data(), want.frames[0].size()), 0) << "the same bits";
+    };
+    same(ask_compute(b, r));
+    ASSERT_EQ(chmod(s.c_str(), 0600), 0);
+    same(ask_compute(b, r));
+    EXPECT_NE(sliced.stderr_text().find("hashed again"), std::string::npos) << sliced.stderr_text();
+    EXPECT_EQ(sliced.stderr_text().find("no longer has the digest"), std::string::npos) << sliced.stderr_text();
 }
 
 // moezip-slice refuses what it cannot cut, naming the reason.
