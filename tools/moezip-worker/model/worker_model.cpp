@@ -223,8 +223,11 @@ Status WorkerModel::place_mmap() {
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
-        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})  // small: read whole when first used
-            if (t) t->data = slice_.is_slice ? map_window(t) : bases[(size_t) loc(t).part] + loc(t).offset;
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {  // small: read whole when first used
+            if (t == nullptr) continue;
+            t->data = slice_.is_slice ? map_window(t) : bases[(size_t) loc(t).part] + loc(t).offset;
+            if (t->data == nullptr) return Status::io_error("model " + path_ + ": mapping " + t->name + " failed: " + strerror(errno));
+        }
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
             uint8_t * base = bases[(size_t) loc(t).part];
             uint64_t off = loc(t).offset;
