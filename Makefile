@@ -135,6 +135,8 @@ $(BUILD)/bin/%: $$(call tool_objs,$$*) $(CORE_LIB)
 # tools that write GGUF files only: it calls the engine's ggml, which the worker does not link.
 MODEL_COMMON_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tools/model-common/*.cpp))
 $(BUILD)/bin/moezip-fixture $(BUILD)/bin/moezip-upcycle: $(MODEL_COMMON_OBJ)
+# moezip-slice reads models with the worker's reader of GGUF files and split parts, and writes its keys.
+$(BUILD)/bin/moezip-slice: $(addprefix $(BUILD)/obj/tools/moezip-worker/model/,gguf_parts.o slice_keys.o)
 
 # The worker loads the host's ggml at run time (tools/moezip-worker/worker_engine.h): no engine link.
 $(BUILD)/bin/moezip-worker: $$(call tool_objs,moezip-worker) $(CORE_LIB)

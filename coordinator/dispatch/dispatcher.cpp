@@ -165,6 +165,25 @@ std::string peer_value_text(const nlohmann::json & j, const char * key) {
     return std::string("(a JSON ") + it->type_name() + ")";
 }
 
+/// A peer's string for a message: at most 300 bytes, every byte outside printable ASCII as '?'.
+std::string peer_text(const nlohmann::json & j, const char * key) {
+    std::string v = json_str(j, key);
+    if (v.size() > 300) v = v.substr(0, 300) + "...";
+    for (char & ch : v)
+        if (ch < 0x20 || ch > 0x7e) ch = '?';
+    return v;
+}
+
+/// "; it serves the slice /w/s.gguf of m.gguf (experts 0-3, tensor table ...)" when the worker's
+/// hello_ok names an expert slice (moezip-slice), else "": a refusal for content then names the
+/// file the worker read and the model it was cut from.
+std::string slice_note(const nlohmann::json & identity) {
+    auto it = identity.find("slice");
+    if (it == identity.end() || !it->is_object()) return "";
+    return "; it serves the slice " + peer_text(*it, "file") + " of " + peer_text(*it, "source") + " (experts " +
+           peer_text(*it, "experts") + ", tensor table " + peer_text(*it, "source_table") + "), cut from another model or damaged";
+}
+
 /// What a worker's hello_ok says it may use (`cpu`, docs/internals/protocol.md): an object of the known
 /// numbers only (threads, affinity_cpus, quota_cores, cores; null where absent or not a number),
 /// never the peer's JSON as it came; null when it said nothing. The one reader of that field.
@@ -236,7 +255,7 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
             if (l.is_object() && json_int(l, "il") == r.il) layer = &l;
     if (layer == nullptr) return Status::mismatch(who + "it does not serve this layer");
     if (json_int(*layer, "n_embd") != r.n_embd || json_int(*layer, "n_ff") != r.n_ff || json_int(*layer, "n_expert") != r.n_expert)
-        return Status::mismatch(who + "dimensions differ (model file differs?)");
+        return Status::mismatch(who + "dimensions differ (model file differs?)" + slice_note(w.identity));
     const ggml_tensor * mine[3] = {r.gate_exps, r.up_exps, r.down_exps};
     auto tensors = layer->find("tensors");
     if (tensors == layer->end() || !tensors->is_array() || tensors->size() != 3) return Status::mismatch(who + "malformed tensor list");
@@ -249,7 +268,7 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
             same_shape = (*ne)[d].is_number_integer() && (*ne)[d].get<int64_t>() == mine[i]->ne[d];
         if (json_str(t, "name") != mine[i]->name || json_str(t, "type") != api_.ggml_type_name(mine[i]->type) || !same_shape)
             return Status::mismatch(who + "tensor " + json_str(t, "name") + " " + json_str(t, "type") + " differs from this host's " +
-                                    mine[i]->name + " " + api_.ggml_type_name(mine[i]->type));
+                                    mine[i]->name + " " + api_.ggml_type_name(mine[i]->type) + slice_note(w.identity));
     }
     // the layout decides the kernels: GGUF layout runs the generic MUL_MAT_ID, CPU_REPACK the repack one
     const std::string theirs_layout = layer->contains("layout") ? json_str(*layer, "layout") : std::string("gguf");
@@ -275,7 +294,8 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     const std::vector<int> experts = assigned_experts(&w - workers_.data(), (int) r.n_expert);
     for (int e : experts)
         if (json_str(*digests, std::to_string(e).c_str()) == "?")
-            return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it");
+            return Status::mismatch(who + "it does not serve expert " + std::to_string(e) + " assigned to it" +
+                                    (w.identity.contains("slice") ? "; it serves a slice of experts " + peer_text(w.identity, "experts") : ""));
     // experts mode: what this host does not compute is read for the digest, then dropped again; so
     // are its own replicas of the worker's experts when it computes those from a copy
     // (experts.copy_local, coordinator/memory/own_expert_copies.h), else they would be held twice
@@ -291,7 +311,8 @@ Status Dispatcher::check_layer(const Worker & w, const MoeRegion & r) {
     for (size_t i = 0; i < experts.size(); ++i)
         if (json_str(*digests, std::to_string(experts[i]).c_str()) != hex64(here[i]))
             return Status::mismatch(who + "expert " + std::to_string(experts[i]) +
-                                    " weights differ from this host's (another model file, or a changed or damaged copy)");
+                                    " weights differ from this host's (another model file, or a changed or damaged copy)" +
+                                    slice_note(w.identity));
     return Status::ok();
 }
 

@@ -13,6 +13,8 @@
 //   expert weights in memory, cpu <variant>, instance <id>, curve <public key>|plain; layers <ranges> from <file>)
 // where a split model lists each file with the layers whose expert tensors it holds:
 //   ...; layers 0-3 from 3 files: m-00001-of-00003.gguf (0), m-00002-of-00003.gguf (1-2), ...)
+// or, serving an expert slice (moezip-slice):
+//   ...; layers 0-1 from s.gguf, a slice of m.gguf (experts 0-3 of 8, tensor table <16 hex>))
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config, keys that cannot be read, or a non-loopback bind without a key (and without --insecure);
 // exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
@@ -69,6 +71,10 @@ std::string files_text(const moezip::WorkerModel & w) {
     for (const auto & l : w.layers()) all.push_back(l.il);
     const std::vector<moezip::WorkerFile> files = w.files();
     std::string text = "layers " + layers_text(all) + " from ";
+    if (files.size() == 1 && w.slice().is_slice)
+        return text + files[0].path + ", a slice of " + w.slice().source + " (experts " + std::to_string(w.slice().first) + "-" +
+               std::to_string(w.slice().last) + " of " + std::to_string(w.slice().n_expert) + ", tensor table " +
+               w.slice().source_table + ")";
     if (files.size() == 1) return text + files[0].path;
     text += std::to_string(files.size()) + " files: ";
     for (size_t k = 0; k < files.size(); ++k)

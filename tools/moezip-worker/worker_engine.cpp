@@ -128,6 +128,11 @@ Status worker_engine_load(WorkerEngine & out, const std::string & engine) {
     if (!st) return st;
     out.ggml_version = out.api.ggml_version();
     out.ggml_commit = out.api.ggml_commit();
+    out.gguf_get_val_u32 = reinterpret_cast<decltype(out.gguf_get_val_u32)>(dlsym(base, "gguf_get_val_u32"));
+    out.gguf_get_val_u64 = reinterpret_cast<decltype(out.gguf_get_val_u64)>(dlsym(base, "gguf_get_val_u64"));
+    out.gguf_get_val_str = reinterpret_cast<decltype(out.gguf_get_val_str)>(dlsym(base, "gguf_get_val_str"));
+    if (out.gguf_get_val_u32 == nullptr || out.gguf_get_val_u64 == nullptr || out.gguf_get_val_str == nullptr)
+        return Status::not_found(out.lib_dir + "/libggml-base.so has no gguf_get_val_u32/u64/str");
     st = load_cpu(out, base, ggml);
     if (!st) return st;
     return bind_split_names(out);

@@ -34,10 +34,15 @@ struct WorkerEngine {
     std::string cpu_build_id;  ///< its GNU build-id, lowercase hex
     decltype(&::llama_split_prefix) llama_split_prefix = nullptr;  ///< from the engine's libllama
     decltype(&::llama_split_path) llama_split_path = nullptr;
+    decltype(&::gguf_get_val_u32) gguf_get_val_u32 = nullptr;  ///< from libggml-base: an expert slice's keys
+    decltype(&::gguf_get_val_u64) gguf_get_val_u64 = nullptr;
+    decltype(&::gguf_get_val_str) gguf_get_val_str = nullptr;
     WorkerRepackApi repack;    ///< the CPU backend's CPU_REPACK buffer type (buft null: none) and what places tensors in it
 
     /// What the model's files are read with (valid while this object lives).
-    GgufReadApi read_api() const { return {&api, llama_split_prefix, llama_split_path}; }
+    GgufReadApi read_api() const {
+        return {&api, llama_split_prefix, llama_split_path, gguf_get_val_u32, gguf_get_val_u64, gguf_get_val_str};
+    }
 };
 
 /// The folder holding libggml-base.so for `engine`: `engine` itself, its bin/ (a llama.cpp CMake

@@ -42,6 +42,10 @@ struct GgufReadApi {
     const GgmlApi * ggml = nullptr;                          ///< gguf_* and ggml_get_tensor/ggml_free (libggml-base)
     decltype(&::llama_split_prefix) split_prefix = nullptr;  ///< libllama: the split model's name convention
     decltype(&::llama_split_path) split_path = nullptr;
+    /// libggml-base's key readers for an expert slice's keys (slice_keys.h); null: slices not read
+    decltype(&::gguf_get_val_u32) get_val_u32 = nullptr;
+    decltype(&::gguf_get_val_u64) get_val_u64 = nullptr;
+    decltype(&::gguf_get_val_str) get_val_str = nullptr;
 };
 
 class GgufParts {

@@ -90,13 +90,60 @@ Status WorkerModel::find_layers() {
         l.down_b = ids.down_b.tensor;
         for (const GgufTensorLoc * t : {&ids.gate, &ids.up, &ids.down, &ids.gate_b, &ids.up_b, &ids.down_b})
             if (t->tensor) locs_[t->tensor] = *t;
-        Status st = check_layer(l);
+        Status st = slice_.is_slice ? widen_slice_tensors(l) : Status::ok();
+        if (st) st = check_layer(l);
         if (!st) return st;
         layers_.push_back(l);
     }
     if (layers_.empty())
         return Status::invalid_argument("model " + path_ + " has no MoE layer (no blk.N.ffn_gate_exps.weight)");
     return Status::ok();
+}
+
+// A slice's tensors hold n_owned experts; their descriptions become the full model's (ne of the
+// expert dimension n_expert, strides above it to match), and slot_bytes_ keeps what one expert
+// takes, so that expert e is read from the slice's bytes [(e - first) * slot, ...).
+Status WorkerModel::widen_slice_tensors(WorkerLayer & l) {
+    const std::string where = "slice " + path_ + " (" + slice_.describe() + "): ";
+    for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
+        if (t->ne[2] != slice_.n_owned() || t->ne[3] != 1)
+            return Status::invalid_argument(where + t->name + " is " + shape_text(t) + ": it must hold the " +
+                                            std::to_string(slice_.n_owned()) + " experts its keys name in its last dimension");
+        slot_bytes_[t] = t->nb[2];
+        t->ne[2] = slice_.n_expert;
+        t->nb[3] = t->nb[2] * (size_t) t->ne[2];
+    }
+    for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {
+        if (t == nullptr) continue;
+        if (t->ne[1] != slice_.n_owned() || t->ne[2] != 1 || t->ne[3] != 1)
+            return Status::invalid_argument(where + t->name + " is " + shape_text(t) + ": it must hold one column for each of the " +
+                                            std::to_string(slice_.n_owned()) + " experts its keys name");
+        slot_bytes_[t] = t->nb[1];
+        t->ne[1] = slice_.n_expert;
+        t->nb[2] = t->nb[1] * (size_t) t->ne[1];
+        t->nb[3] = t->nb[2];
+    }
+    return Status::ok();
+}
+
+uint64_t WorkerModel::shift(const ggml_tensor * t) const {
+    auto it = slot_bytes_.find(t);
+    return it == slot_bytes_.end() ? 0 : (uint64_t) slice_.first * it->second;
+}
+
+uint64_t WorkerModel::stored_bytes(const ggml_tensor * t) const {
+    auto it = slot_bytes_.find(t);
+    return it == slot_bytes_.end() ? (uint64_t) api_->ggml_nbytes(t) : (uint64_t) slice_.n_owned() * it->second;
+}
+
+// --experts given with a slice must be exactly its range: another range would name experts the
+// file does not hold, or leave some of it unserved while the coordinator's plan counts on them.
+Status WorkerModel::check_served_against_slice(const std::vector<ExpertRange> & asked) const {
+    const std::vector<ExpertRange> held = {{slice_.first, slice_.last}};
+    if (asked.empty() || expert_ranges_format(asked) == expert_ranges_format(held)) return Status::ok();
+    return Status::invalid_argument("--experts " + expert_ranges_format(asked) + ": model " + path_ + " is a slice holding only " +
+                                    slice_.describe() + "; serve it with --experts " + expert_ranges_format(held) +
+                                    " (or without --experts), or cut a slice of these experts with moezip-slice");
 }
 
 Status WorkerModel::check_layer(WorkerLayer & l) {
@@ -176,23 +223,58 @@ Status WorkerModel::place_mmap() {
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
     for (WorkerLayer & l : layers_) {
-        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})  // small: read whole when first used
-            if (t) t->data = bases[(size_t) loc(t).part] + loc(t).offset;
+        for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {  // small: read whole when first used
+            if (t == nullptr) continue;
+            t->data = slice_.is_slice ? map_window(t) : bases[(size_t) loc(t).part] + loc(t).offset;
+            if (t->data == nullptr) return Status::io_error("model " + path_ + ": mapping " + t->name + " failed: " + strerror(errno));
+        }
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
             uint8_t * base = bases[(size_t) loc(t).part];
-            const uint64_t off = loc(t).offset;
+            uint64_t off = loc(t).offset;
             t->data = base + off;
+            if (slice_.is_slice) {  // the window's pages are the file's, at the full layout's offsets
+                uint8_t * data = map_window(t);
+                if (data == nullptr) return Status::io_error("model " + path_ + ": mapping " + t->name + " failed: " + strerror(errno));
+                t->data = data;
+                base = data;
+                off = 0;
+            }
             for (const ExpertRange & r : served_) {  // read the served slices in now
-                uint64_t a = off + (uint64_t) r.first * t->nb[2], b = off + (uint64_t) (r.last + 1) * t->nb[2];
+                // page-aligned addresses (a slice's data is not page-aligned: its window's start is)
+                uintptr_t a = reinterpret_cast<uintptr_t>(base + off + (uint64_t) r.first * t->nb[2]);
+                const uintptr_t b = reinterpret_cast<uintptr_t>(base + off + (uint64_t) (r.last + 1) * t->nb[2]);
                 a -= a % page;
                 // by faults, so readahead builds the folios the advice above asks for; MADV_WILLNEED
                 // would read them at the minimum folio order (4 KiB: mm/readahead.c, force_page_cache_ra).
                 // Before Linux 5.14 (no MADV_POPULATE_READ) the pages come in at first use.
-                madvise(base + a, b - a, MADV_POPULATE_READ);
+                madvise(reinterpret_cast<void *>(a), b - a, MADV_POPULATE_READ);
             }
         }
     }
     return Status::ok();
+}
+
+// A slice's tensor mapped where its full-model layout puts it: a reservation of the full size
+// (PROT_NONE, never touched outside the owned experts) with the file's pages of the owned experts
+// mapped over it (MAP_FIXED) at the address of expert `first`. File offsets are page-aligned only
+// after rounding down, so the reservation is placed such that the page holding the tensor's first
+// byte lands on a page boundary. nullptr when a mapping failed (errno set).
+uint8_t * WorkerModel::map_window(const ggml_tensor * t) {
+    const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
+    const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
+    const uint64_t off = loc(t).offset, lead = off % page, full = (uint64_t) api_->ggml_nbytes(t), before = shift(t);
+    const size_t reserve = (size_t) (full + 3 * page);
+    void * r = mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return nullptr;
+    maps_.emplace_back(r, reserve);
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(r);
+    const uintptr_t window = (lo + before + page) / page * page;  // page-aligned, >= lo + before - lead
+    uint8_t * data = reinterpret_cast<uint8_t *>(window + lead - before);
+    void * w = mmap(reinterpret_cast<void *>(window), (size_t) (lead + stored_bytes(t)), PROT_READ, MAP_SHARED | MAP_FIXED, part.fd,
+                    (off_t) (off - lead));
+    if (w == MAP_FAILED) return nullptr;
+    madvise(w, (size_t) (lead + stored_bytes(t)), MADV_HUGEPAGE);  // a hint, as for whole files
+    return data;
 }
 
 Status WorkerModel::read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t want) const {
@@ -201,7 +283,13 @@ Status WorkerModel::read_range(const ggml_tensor * t, uint8_t * base, uint64_t s
 
 Status WorkerModel::read_into(const ggml_tensor * t, uint64_t start, uint64_t want, uint8_t * dst) const {
     const GgufPart & part = parts_.parts()[(size_t) loc(t).part];
-    const uint64_t off = loc(t).offset;
+    const uint64_t before = shift(t);
+    // a slice holds bytes [before, before + stored) of the full layout; anything else is not in the file
+    if (start < before || start + want > before + stored_bytes(t))
+        return Status::invalid_argument("model " + path_ + ": bytes " + std::to_string(start) + "+" + std::to_string(want) + " of " +
+                                        t->name + " lie outside what the file holds" +
+                                        (slice_.is_slice ? " (a slice of " + slice_.describe() + ")" : std::string()));
+    const uint64_t off = loc(t).offset - before;
     uint64_t done = 0;
     while (done < want) {
         ssize_t n = pread(part.fd, dst + done, want - done, (off_t) (off + start + done));
@@ -301,13 +389,13 @@ std::string WorkerModel::file_digests_differ() const {
             if (file[i] == nullptr) continue;
             auto it = locs_.find(file[i]);
             if (it == locs_.end()) { differs = std::string(file[i]->name) + " has no place in the file"; break; }
-            at[i] = *file[i];
+            at[i] = *file[i];  // a slice's: slot e - first is expert e (every tensor of the layer alike)
             at[i].data = static_cast<uint8_t *>(maps[(size_t) it->second.part].first) + it->second.offset;
             t[i] = &at[i];
         }
         if (!differs.empty()) break;
         for (const auto & kv : l.digests)
-            if (expert_identity_digest_of(t[0], t[1], t[2], t[3], t[4], t[5], kv.first) != kv.second) {
+            if (expert_identity_digest_of(t[0], t[1], t[2], t[3], t[4], t[5], kv.first - (slice_.is_slice ? slice_.first : 0)) != kv.second) {
                 differs = "layer " + std::to_string(l.il) + ", expert " + std::to_string(kv.first) + " no longer has the digest hello_ok named";
                 break;
             }
@@ -371,7 +459,7 @@ Status WorkerModel::place_anonymous() {
                 return Status::io_error("reserving " + std::to_string(bytes) + " bytes for " + t->name + ": " + strerror(errno));
             maps_.emplace_back(p, bytes);
             t->data = p;
-            Status st = read_range(t, static_cast<uint8_t *>(p), 0, bytes);
+            Status st = read_range(t, static_cast<uint8_t *>(p), shift(t), stored_bytes(t));  // a slice's own columns
             if (!st) return st;
         }
     }
@@ -465,9 +553,15 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
     api_ = api.ggml;
     path_ = opt.path;
     Status st = parts_.open(opt.path, api);
+    if (st) st = slice_info_read(api, parts_.parts()[0].gguf, path_, slice_);
+    if (st && slice_.is_slice && parts_.parts().size() > 1)
+        st = Status::invalid_argument("slice " + path_ + " is split into several files: moezip-slice writes one file");
     if (st) st = find_layers();
+    if (st && slice_.is_slice) st = check_served_against_slice(opt.experts);
     if (!st) return st;
-    served_ = opt.experts.empty() ? std::vector<ExpertRange>{{0, (int) n_expert_ - 1}} : opt.experts;
+    served_ = !opt.experts.empty() ? opt.experts
+              : slice_.is_slice    ? std::vector<ExpertRange>{{slice_.first, slice_.last}}
+                                   : std::vector<ExpertRange>{{0, (int) n_expert_ - 1}};
     served_mask_.assign((size_t) n_expert_, false);
     for (const ExpertRange & r : served_) {
         if (r.last >= n_expert_)

@@ -23,12 +23,18 @@
 // expert tensor is copied into a tensor of only the served experts, [.., n_served], placed in the
 // CPU backend's CPU_REPACK buffer when the engine repacks that type (plain memory otherwise), and the
 // file's slices are released: WorkerLayer::weights and local_of then say what compute uses.
+//
+// An expert slice (slice_keys.h, written by moezip-slice) holds only experts first..last: its
+// tensors are described here as the full model's ([.., .., n_expert], n_expert from the slice's
+// keys) and expert e is read from the slice's slot e - first, so everything above (memory, hello,
+// digests, compute) sees the full model's expert ids and the same bytes.
 #pragma once
 
 #include "coordinator/compute/moe_exec.h"
 #include "coordinator/config/expert_range.h"
 #include "provider_map/status.h"
 #include "tools/moezip-worker/model/gguf_parts.h"
+#include "tools/moezip-worker/model/slice_keys.h"
 #include "tools/moezip-worker/model/worker_repack.h"
 
 #include "ggml.h"
@@ -109,6 +115,8 @@ public:
     bool serves(int64_t e) const { return e >= 0 && e < n_expert_ && e < (int64_t) served_mask_.size() && served_mask_[e]; }
     int64_t n_expert() const { return n_expert_; }
     const std::vector<ExpertRange> & served() const { return served_; }
+    /// What the model's slice keys say (is_slice false for a whole model).
+    const SliceInfo & slice() const { return slice_; }
     /// Bytes of the served experts' slices over all layers (what is read into memory).
     uint64_t served_bytes() const { return served_bytes_; }
     /// The model's files in part order, each with the MoE layers it holds expert tensors of.
@@ -153,6 +161,13 @@ public:
 private:
     Status find_layers();
     Status check_layer(WorkerLayer & l);
+    Status widen_slice_tensors(WorkerLayer & l);
+    Status check_served_against_slice(const std::vector<ExpertRange> & asked) const;
+    uint8_t * map_window(const ggml_tensor * t);
+    /// Bytes of t's full-model layout that precede its first byte in the file (slice: first * slot size).
+    uint64_t shift(const ggml_tensor * t) const;
+    /// Bytes of t stored in the file (a slice's: only its owned experts).
+    uint64_t stored_bytes(const ggml_tensor * t) const;
     Status place_mmap();
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
@@ -178,6 +193,8 @@ private:
     std::vector<WorkerLayer> layers_;
     int64_t n_expert_ = 0;
     std::vector<ExpertRange> served_;
+    SliceInfo slice_;
+    std::map<const ggml_tensor *, uint64_t> slot_bytes_;  // slice: every expert tensor's bytes per expert
     std::vector<bool> served_mask_;
     uint64_t served_bytes_ = 0;
     std::vector<std::pair<void *, size_t>> maps_;  // every mmap we own

@@ -48,6 +48,11 @@ std::string worker_hello_json(const WorkerModel & model, const WorkerEngine & en
                                  {"quota_cores", cpu.quota_cores > 0 ? nlohmann::json(cpu.quota_cores) : nlohmann::json()},
                                  {"cores", cpu.cores_for(threads)}}},
                         {"layers", layers}};
+    if (model.slice().is_slice) {  // named in the coordinator's refusals: which file and which source
+        const SliceInfo & sl = model.slice();
+        j["slice"] = {{"file", model.path()}, {"source", sl.source}, {"source_table", sl.source_table},
+                      {"experts", std::to_string(sl.first) + "-" + std::to_string(sl.last)}};
+    }
     return j.dump();
 }
 

@@ -1,0 +1,199 @@
+// Expert slices (tools/moezip-slice, docs/worker.md "Serving a slice"): a worker serving a file of
+// only its experts gives the coordinator the same digests and the same logits as one serving the
+// whole model; a slice of other experts or of another model is refused by name.
+#include "tests/support/cluster.h"
+#include "tests/worker/worker_fixtures.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <sys/stat.h>
+
+using namespace moezip_test;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kTinyQ8 = {"--preset", "tiny", "--type", "q8_0"};
+
+uint64_t file_size(const std::string & path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 ? (uint64_t) st.st_size : 0;
+}
+
+/// Cuts experts `range` of `model` into `out`; the tool's result (stdout names what it wrote).
+CommandResult slice(const std::string & model, const std::string & range, const std::string & out) {
+    return run_tool("moezip-slice", {model, "--experts", range, "-o", out});
+}
+
+/// moezip-run on `model` (32 tokens after a 128-token prompt) under the preload with `body`.
+CommandResult run_host(const std::string & dir, const std::string & name, const std::string & model, const std::string & body) {
+    return run_preloaded({bin_path("moezip-run"), "-m", model, "-n", "32", "--quiet", "--no-repack", "--json",
+                          dir + "/" + name + "-run.json", "--fixture", "128"},
+                         write_moezip_config(dir, name, body));
+}
+
+void expect_same_logits(const std::string & dir, const std::string & a, const std::string & b) {
+    CommandResult cmp = run_command({bin_path("moezip-report"), "compare", dir + "/" + a + ".json", dir + "/" + b + ".json"});
+    EXPECT_EQ(cmp.exit_code, 0) << a << " vs " << b << ": " << cmp.out << cmp.err;
+    EXPECT_EQ(load_json(dir + "/" + a + "-run.json")["tokens"], load_json(dir + "/" + b + "-run.json")["tokens"]);
+}
+
+struct SliceCase {
+    const char * name;
+    std::vector<std::string> fixture;  // moezip-fixture flags
+};
+
+class WorkerSlice : public ::testing::TestWithParam<SliceCase> {};
+
+// Two workers, each on a slice of its half: one cut from the model's single file and read into
+// memory, one cut from the same model written as 3 split files and mapped (--mmap). The host runs
+// the whole model in experts mode and must get the single node's logits bit for bit.
+TEST_P(WorkerSlice, SlicesServedByWorkersGiveTheSingleNodeLogits) {
+    const SliceCase sc = GetParam();
+    const std::string model = fixture_model(sc.fixture);
+    const std::string split = fixture_model_split(sc.fixture, 3);
+    ASSERT_FALSE(model.empty());
+    ASSERT_FALSE(split.empty());
+    Cluster c{test_dir(std::string("worker_slice_") + sc.name), {}};
+    const std::string s0 = c.dir + "/experts-0-3.gguf", s1 = c.dir + "/experts-4-7.gguf";
+    CommandResult cut0 = slice(model, "0-3", s0);
+    ASSERT_EQ(cut0.exit_code, 0) << cut0.err;
+    EXPECT_NE(cut0.out.find("experts 0-3 of 8, 2 MoE layers"), std::string::npos) << cut0.out;
+    CommandResult cut1 = slice(split, "4-7", s1);
+    ASSERT_EQ(cut1.exit_code, 0) << cut1.err;
+    // a slice holds only its experts: less than the experts' half of the whole file plus metadata
+    EXPECT_LT(file_size(s0), file_size(model) * 6 / 10) << file_size(s0) << " of " << file_size(model);
+
+    ASSERT_TRUE(c.start_worker(s0, "ipc://" + c.dir + "/w0.sock", ""));              // its range, without --experts
+    ASSERT_TRUE(c.start_worker(s1, "ipc://" + c.dir + "/w1.sock", "4-7", {}, {"--mmap"}));
+    EXPECT_NE(c.workers[0]->ready_line().find("experts 0-3 of 8"), std::string::npos) << c.workers[0]->ready_line();
+    EXPECT_NE(c.workers[0]->ready_line().find(s0 + ", a slice of " + model.substr(model.rfind('/') + 1) + " (experts 0-3 of 8"),
+              std::string::npos) << c.workers[0]->ready_line();
+    EXPECT_NE(c.workers[1]->ready_line().find(", a slice of " + split.substr(split.rfind('/') + 1) + " (experts 4-7 of 8"),
+              std::string::npos) << c.workers[1]->ready_line();
+
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult dist = run_host(c.dir, "sliced", model, "require_intercept = true\nmode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
+    ASSERT_EQ(dist.exit_code, 0) << dist.err;
+    expect_same_logits(c.dir, "single", "sliced");
+    const json rep = load_json(c.dir + "/sliced.json");
+    EXPECT_EQ(rep["checks"]["identity_failed"], 0) << rep["checks"].dump();
+    EXPECT_EQ(sum_layers(rep, "fallbacks"), 0u);
+    EXPECT_EQ(sum_layers(rep, "remote_slots"), sum_layers(rep, "slots")) << "every slot went to a slice's worker";
+    for (const auto & w : rep["workers"]) {
+        if (!w.contains("endpoint")) continue;
+        EXPECT_EQ(w["refused"], "") << w.dump();
+        EXPECT_EQ(w["errors"], 0) << w.dump();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, WorkerSlice,
+                         ::testing::Values(SliceCase{"qwen3moe_q8_0", {"--preset", "tiny", "--type", "q8_0"}},
+                                           // per-expert biases (ffn_*_exps.bias) are cut with their experts
+                                           SliceCase{"gpt_oss_f32", {"--preset", "tiny", "--arch", "gpt-oss"}}),
+                         [](const ::testing::TestParamInfo<SliceCase> & i) { return std::string(i.param.name); });
+
+// A slice served with --experts other than its range would name experts the file does not hold:
+// the worker refuses to start, naming the slice, its range and the flag to use.
+TEST(WorkerSliceRefusal, ExpertsOtherThanTheSliceRangeAreRefusedAtStart) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_other_range");
+    const std::string s = dir + "/experts-2-5.gguf";
+    ASSERT_EQ(slice(model, "2-5", s).exit_code, 0);
+    for (const char * other : {"0-3", "2-4", "2-6"}) {
+        CommandResult r = run_tool("moezip-worker", {"--model", s, "--bind", "ipc://" + dir + "/w.sock", "--experts", other});
+        EXPECT_EQ(r.exit_code, 1) << other << ": " << r.out << r.err;
+        EXPECT_NE(r.err.find("--experts " + std::string(other) + ": model " + s + " is a slice holding only experts 2-5 of 8 of " +
+                             model.substr(model.rfind('/') + 1)),
+                  std::string::npos)
+            << r.err;
+        EXPECT_NE(r.err.find("serve it with --experts 2-5"), std::string::npos) << r.err;
+    }
+}
+
+// A slice of another model (same shapes, another seed) has other bytes: the coordinator's
+// per-expert digest check refuses the worker, and the refusal names the slice and its source.
+TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource) {
+    const std::string model = fixture_model(kTinyQ8);
+    const std::string other = fixture_model({"--preset", "tiny", "--type", "q8_0", "--seed", "7"});
+    ASSERT_FALSE(model.empty());
+    ASSERT_FALSE(other.empty());
+    Cluster c{test_dir("worker_slice_other_model"), {}};
+    const std::string s = c.dir + "/other-4-7.gguf";
+    ASSERT_EQ(slice(other, "4-7", s).exit_code, 0);
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w0.sock", "0-3"));
+    ASSERT_TRUE(c.start_worker(s, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult r = run_host(c.dir, "refused", model, "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "refused");  // computed here instead: still the single node's
+    const json rep = load_json(c.dir + "/refused.json");
+    ASSERT_EQ(rep["workers"].size(), 2u) << rep["workers"].dump();
+    EXPECT_EQ(rep["workers"][0]["refusals"], 0) << rep["workers"][0].dump();
+    EXPECT_GT(rep["workers"][0]["slots"].get<uint64_t>(), 0u) << rep["workers"][0].dump();
+    EXPECT_EQ(rep["workers"][1]["refusals"], 2) << "refused for each of the 2 layers: " << rep["workers"][1].dump();
+    EXPECT_EQ(rep["workers"][1]["slots"], 0) << "nothing may go to a worker serving other weights: " << rep["workers"][1].dump();
+    const std::string source = other.substr(other.rfind('/') + 1);
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
+    EXPECT_TRUE(errors_mention(rep, "it serves the slice " + s + " of " + source + " (experts 4-7")) << rep["errors"].dump();
+}
+
+// The same request to a worker on the whole model and to one mapping a slice (--mmap: the slice's
+// pages placed where the whole tensor's layout puts them) gives the same bits; a status change of
+// the slice's file (chmod) makes the mapping worker hash its experts again from the file, which
+// must find the digests hello_ok named (expert e in slot e - first) and go on serving.
+TEST(WorkerSliceFile, AMappedSliceComputesTheWholeModelsBitsAndKeepsServingAfterAStatusChange) {
+    const std::string model = tiny_model();
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_mapped");
+    const std::string s = dir + "/experts-2-5.gguf";
+    ASSERT_EQ(slice(model, "2-5", s).exit_code, 0);
+    WorkerProcess whole, sliced;
+    ASSERT_TRUE(whole.start({"--model", model, "--bind", "ipc://" + dir + "/whole.sock", "--experts", "2-5"}, dir)) << whole.error();
+    ASSERT_TRUE(sliced.start({"--model", s, "--bind", "ipc://" + dir + "/slice.sock", "--mmap"}, dir)) << sliced.error();
+    ComputeRequest r = random_request(1, 3, 17, /*n_choice =*/ 4);
+    for (int32_t & id : r.ids) id += 2;  // experts 2-5
+    WorkerClient a(whole.endpoint(), whole.instance()), b(sliced.endpoint(), sliced.instance());
+    const WorkerReply want = ask_compute(a, r);
+    ASSERT_EQ(want.h.kind, (uint16_t) moezip::MsgKind::result) << want.text();
+    ASSERT_GE(want.frames.size(), 1u);
+    auto same = [&](const WorkerReply & got) {
+        ASSERT_EQ(got.h.kind, (uint16_t) moezip::MsgKind::result) << got.text();
+        ASSERT_EQ(got.frames.size(), want.frames.size());
+        ASSERT_EQ(got.frames[0].size(), want.frames[0].size());
+        EXPECT_EQ(memcmp(got.frames[0].data(), want.frames[0].data(), want.frames[0].size()), 0) << "the same bits";
+    };
+    same(ask_compute(b, r));
+    ASSERT_EQ(chmod(s.c_str(), 0600), 0);
+    same(ask_compute(b, r));
+    EXPECT_NE(sliced.stderr_text().find("hashed again"), std::string::npos) << sliced.stderr_text();
+    EXPECT_EQ(sliced.stderr_text().find("no longer has the digest"), std::string::npos) << sliced.stderr_text();
+}
+
+// moezip-slice refuses what it cannot cut, naming the reason.
+TEST(SliceTool, RefusesRangesOutsideTheModelSeveralRangesAndSlicesOfSlices) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("slice_tool_refusals");
+    CommandResult past = slice(model, "4-8", dir + "/a.gguf");
+    EXPECT_EQ(past.exit_code, 1);
+    EXPECT_NE(past.err.find("--experts 4-8: the model has 8 experts, 0-7"), std::string::npos) << past.err;
+    CommandResult two = slice(model, "0-1,4-5", dir + "/b.gguf");
+    EXPECT_EQ(two.exit_code, 1);
+    EXPECT_NE(two.err.find("a slice holds one range FIRST-LAST"), std::string::npos) << two.err;
+    ASSERT_EQ(slice(model, "0-3", dir + "/c.gguf").exit_code, 0);
+    CommandResult again = slice(dir + "/c.gguf", "0-1", dir + "/d.gguf");
+    EXPECT_EQ(again.exit_code, 1);
+    EXPECT_NE(again.err.find("is itself a slice (experts 0-3 of 8"), std::string::npos) << again.err;
+    CommandResult missing = slice(dir + "/none.gguf", "0-1", dir + "/e.gguf");
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_NE(missing.err.find(dir + "/none.gguf"), std::string::npos) << missing.err;
+    for (const char * f : {"/a.gguf", "/b.gguf", "/d.gguf", "/e.gguf", "/a.gguf.tmp"}) EXPECT_FALSE(file_exists(dir + f)) << f;
+}
+
+} // namespace
