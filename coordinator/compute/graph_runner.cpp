@@ -260,7 +260,8 @@ ggml_status GraphRunner::compute(ggml_cgraph * gf, ggml_cplan * cplan, const voi
             ev_.add_error("layer " + std::to_string(r.il) + ": " + st.to_string());
             if (opt_.abort_on_handler_error || opt_.require_intercept) {
                 lock.unlock();
-                LOG_ERROR("layer %d: %s; stopping this compute (%s)", r.il, st.to_string().c_str(),
+                // once per failed compute while a worker is out: rate-limited, the rest counted
+                LOG_CAPPED(LogLevel::error, "layer %d: %s; stopping this compute (%s)", r.il, st.to_string().c_str(),
                           opt_.require_intercept ? "require_intercept = true" : "on_worker_error = \"abort\"");
                 return GGML_STATUS_FAILED;
             }

@@ -17,6 +17,11 @@
 //   moezip-test-host pause -m A.gguf --pause-file P
 //       generate, create P.ready, wait (at most 60 s) until P.go exists, generate again on the same
 //       context: a test can change the world (restart a worker) while the host is idle
+//   moezip-test-host serve -m A.gguf [--contexts C] [--requests R] [--for-ms T] [-n N] --json OUT
+//       as a server: C contexts, each on its own thread, answer requests (the fixture prompt, N
+//       tokens) one after another, R each or until T ms passed; a request whose llama_decode fails
+//       is counted and the next one starts on a cleared context (a server answers it with an error
+//       and goes on). OUT gets "serve": {"requests_ok", "requests_failed", "ms"}; exit 0 either way
 //   moezip-test-host deleted -m A.gguf --json OUT
 //       copy A next to OUT, open the copy, delete it, load it as /proc/self/fd/N and generate (a
 //       model read from a file already gone: a replaced download, O_TMPFILE; its fd's link
@@ -60,10 +65,13 @@ struct Args {
     int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300, pauses = 1;
     std::string json;
     std::string pause_file;
+    int requests = 0;      // serve: requests per context (0: until for_ms)
+    int64_t for_ms = 0;    // serve: stop starting requests after this many ms (0: after `requests`)
 };
 
 std::mutex g_out_mu;
 nlohmann::json g_runs = nlohmann::json::array();
+nlohmann::json g_serve;  // serve: its counts
 
 int fail(const std::string & what, const Status & st) {
     fprintf(stderr, "moezip-test-host: error: %s: %s\n", what.c_str(), st.message().c_str());
@@ -213,6 +221,40 @@ int scenario_exit_mid_decode(const Args & a) {
     exit(0);  // static destructors and atexit handlers run while the decoding thread is inside llama_decode
 }
 
+int scenario_serve(const Args & a) {
+    Loaded l;
+    std::vector<llama_context *> more;
+    Status st = load(a, a.models[0], l, a.contexts, &more);
+    if (!st) return fail("load", st);
+    std::vector<llama_context *> ctxs = {l.ctx};
+    ctxs.insert(ctxs.end(), more.begin(), more.end());
+    std::vector<llama_token> prompt;
+    st = prompt_from_fixture(llama_model_get_vocab(l.model), a.n_fixture, 1, &prompt);
+    if (!st) return fail("prompt", st);
+    const int requests = a.requests == 0 && a.for_ms == 0 ? 1 : a.requests;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::milliseconds(a.for_ms);
+    std::atomic<uint64_t> ok{0}, failed{0};
+    std::vector<std::thread> threads;
+    for (llama_context * ctx : ctxs)
+        threads.emplace_back([&, ctx]() {
+            generate_params gp;
+            gp.n_predict = a.n_predict;
+            for (int r = 0; requests == 0 || r < requests; ++r) {
+                if (a.for_ms > 0 && std::chrono::steady_clock::now() >= deadline) break;
+                generate_result res;
+                const Status g = generate_greedy(ctx, prompt, gp, &res);
+                llama_memory_clear(llama_get_memory(ctx), true);
+                (g ? ok : failed).fetch_add(1);
+            }
+        });
+    for (auto & t : threads) t.join();
+    for (llama_context * c : more) llama_free(c);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    g_serve = {{"requests_ok", ok.load()}, {"requests_failed", failed.load()}, {"ms", ms}};
+    return 0;
+}
+
 int scenario_deleted(const Args & a) {
     if (a.json.empty()) return fail("deleted", Status::invalid_argument("needs --json (the copy is made beside it)"));
     const std::string copy = a.json + ".model-copy";
@@ -288,14 +330,17 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause or deleted")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "deleted"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, serve or deleted")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
     app.add_option("--fixture", a.n_fixture, "prompt: this many fixture token ids (seed 1)")->check(CLI::Range(1, 4096));
     app.add_option("--contexts", a.contexts, "parallel: contexts")->check(CLI::Range(1, 16));
     app.add_option("--after-ms", a.after_ms, "exit-mid-decode: exit after this many ms")->check(CLI::Range(0, 600000));
+    app.add_option("--requests", a.requests, "serve: requests per context (0: until --for-ms)")->check(CLI::Range(0, 100000000));
+    app.add_option("--for-ms", a.for_ms, "serve: start no request after this many ms (0: after --requests)")
+        ->check(CLI::Range((int64_t) 0, (int64_t) 86400000));
     app.add_option("--json", a.json, "write the runs here");
     app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
     app.add_option("--pauses", a.pauses, "pause: pauses, each followed by a run (P-2.ready, P-2.go, ... after the first)")
@@ -315,8 +360,11 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "signals") rc = scenario_signals(a);
     else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
     else if (a.scenario == "pause") rc = scenario_pause(a);
+    else if (a.scenario == "serve") rc = scenario_serve(a);
     else if (a.scenario == "deleted") rc = scenario_deleted(a);
-    if (!a.json.empty()) std::ofstream(a.json) << nlohmann::json{{"runs", g_runs}}.dump(1) << "\n";
+    nlohmann::json out = {{"runs", g_runs}};
+    if (!g_serve.is_null()) out["serve"] = g_serve;
+    if (!a.json.empty()) std::ofstream(a.json) << out.dump(1) << "\n";
     llama_backend_free();
     return rc;
 }
