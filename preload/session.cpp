@@ -224,7 +224,7 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     s.ev.mode = config_mode_name(s.cfg.mode);
     s.ev.config_digest = config_digest(s.cfg);
     s.report_path = config_report_path(s.cfg, s.pid);
-    s.last_flush = std::chrono::steady_clock::now();
+    s.flush_gate.start(std::chrono::steady_clock::now());  // the first periodic write one interval from now
     s.state = State::passthrough;
     if (!s.config_ok) return;
     const bool logged = s.engine_checked && !s.engine_ok;  // the guard refused it already and said so

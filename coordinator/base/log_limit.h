@@ -10,7 +10,8 @@
 namespace moezip {
 
 /// The rate limit of one call site. Constant-initialised and trivially destructible, so a
-/// function-local static of it is safe to use from exit handlers and any thread.
+/// function-local static of it is safe to use from exit handlers and any thread. It must have static
+/// storage duration: once it suppressed a line it is listed for log_report_suppressed() for good.
 class LogLimiter {
 public:
     static constexpr uint32_t kBurst = 5;        ///< lines written per window

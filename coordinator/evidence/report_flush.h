@@ -20,8 +20,10 @@ public:
     explicit ReportFlushGate(int interval_ms = 0) : interval_ms_(interval_ms) {}
     void set_interval_ms(int interval_ms) { interval_ms_ = interval_ms; }
 
-    /// True at most once per interval: the first call and then each call `interval_ms` after the
-    /// last one that returned true (one clock comparison: the graph compute hook calls it each graph).
+    /// Counts the first interval from `now` (without it the first due() is true at once).
+    void start(Clock::time_point now) { started_ = true; last_ = now; }
+    /// True at most once per interval: each call `interval_ms` after start() or the last call that
+    /// returned true (one clock comparison: the graph compute hook calls it each graph).
     bool due(Clock::time_point now);
     /// True when `report` differs from the last report this gate let through, ignoring the keys
     /// that change without the run doing anything (`memory`: VmRSS samples; `complete`); then it
