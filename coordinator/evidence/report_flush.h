@@ -10,7 +10,7 @@
 
 namespace moezip {
 
-/// Decides periodic report writes. Not thread-safe: the caller serialises (the session calls it
+/// Decides periodic report writes. Not thread-safe: the caller serialises (the preload's session calls it
 /// from the graph compute hook, one compute at a time per decision).
 class ReportFlushGate {
 public:
