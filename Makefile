@@ -78,7 +78,7 @@ FUZZ         := $(BUILD)/fuzz
 FUZZ_TARGETS := config request reply
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ)/%_fuzz) $(FUZZ)/selftest_fuzz   # selftest: tests/wire/fuzz_test.cpp only
 FUZZ_SRC_config  := tests/fuzz/config_fuzz.cpp $(sort $(wildcard coordinator/config/*.cpp)) provider_map/status.cpp \
-                    coordinator/base/log.cpp
+                    coordinator/base/log.cpp coordinator/base/log_limit.cpp
 FUZZ_SRC_request := tests/fuzz/request_fuzz.cpp tools/moezip-worker/request/request_check.cpp coordinator/wire/protocol.cpp \
                     coordinator/config/expert_range.cpp provider_map/status.cpp \
                     tools/moezip-worker/request/worker_plan.cpp tools/moezip-worker/request/worker_budget.cpp coordinator/modes/split.cpp

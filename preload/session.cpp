@@ -2,6 +2,7 @@
 
 #include "coordinator/config/config.h"
 #include "coordinator/evidence/evidence.h"
+#include "coordinator/evidence/report_flush.h"
 #include "coordinator/evidence/trace.h"
 #include "coordinator/compute/graph_runner.h"
 #include "coordinator/modes/handler_factory.h"
@@ -62,7 +63,10 @@ struct Session {
     std::unique_ptr<GraphRunner> runner;
     std::string report_path;
     std::string trace_path;  // "" = no trace (config `trace`)
-    std::chrono::steady_clock::time_point last_flush;
+    // Periodic report writes: at most every report_flush_ms, only when the content changed. Taken
+    // with try_lock: a compute on another thread never waits for a write in progress.
+    std::mutex flush_mu;
+    ReportFlushGate flush_gate;
 
     std::mutex real_mu;
     std::vector<std::pair<std::string, ComputeFn>> real_compute;  // caller object path -> its real function
@@ -220,7 +224,7 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     s.ev.mode = config_mode_name(s.cfg.mode);
     s.ev.config_digest = config_digest(s.cfg);
     s.report_path = config_report_path(s.cfg, s.pid);
-    s.last_flush = std::chrono::steady_clock::now();
+    s.flush_gate.start(std::chrono::steady_clock::now());  // the first periodic write one interval from now
     s.state = State::passthrough;
     if (!s.config_ok) return;
     const bool logged = s.engine_checked && !s.engine_ok;  // the guard refused it already and said so
@@ -299,6 +303,7 @@ void write_report(Session & s, bool complete) {
     j["memory"] = mem;
     j["state"] = s.state == State::active ? "active" : "passthrough";
     if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
+    if (!complete && !s.flush_gate.changed(j)) return;  // the same report again: not rewritten (callers hold flush_mu)
     Status st = report_write_atomic(s.report_path, j);
     if (!st) LOG_CAPPED(LogLevel::error, "%s", st.message().c_str());
 }
@@ -398,6 +403,7 @@ void at_exit() {
         for (const std::string & b : bypassed)
             if (s.state == State::active) LOG_WARN("%s", b.c_str());
     }
+    log_report_suppressed();  // rate-limited lines not yet told: their counts, before the final report
     if (s.state != State::inert) write_report(s, true);
     write_trace(s);
     if (s.runner) s.runner->shutdown();
@@ -470,10 +476,10 @@ ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const vo
     }
     sample_rss(s);
     if (s.cfg.report_flush_ms > 0) {
-        auto now = std::chrono::steady_clock::now();
-        if (now - s.last_flush > std::chrono::milliseconds(s.cfg.report_flush_ms)) {
-            s.last_flush = now;
-            write_report(s, false);
+        std::unique_lock<std::mutex> flush(s.flush_mu, std::try_to_lock);
+        if (flush.owns_lock()) {
+            s.flush_gate.set_interval_ms(s.cfg.report_flush_ms);
+            if (s.flush_gate.due(std::chrono::steady_clock::now())) write_report(s, false);
         }
     }
     return st;

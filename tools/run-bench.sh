@@ -59,6 +59,10 @@
 #                       full: every study (the memory-kind and page-cache references single_anon single_thp local_copy
 #                       experts1_map, the placement and throttled-worker variants, a3b-L8-q8_0, a3b-L4-q4_K,
 #                       stories-moe8, repack-costs): about 3 h more.
+#                       soak: only the soak (tools/bench/soak.sh): a host serving for SOAK_SECONDS (default 1 h)
+#                       under the preload with worker outages, failing when its VmRSS, report or stderr grows
+#                       past the limits that script states (SOAK_* variables there).
+#   BENCH_SOAK          1: run the soak after the set's runs (default 1 in the full set, 0 in comparison)
 #   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
 #   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: the set's)
 #   BENCH_REPS          repetitions (default 5)
@@ -130,8 +134,11 @@ SET=${BENCH_SET:-comparison}
 case "$SET" in
     comparison) SET_MODELS="a3b-L4-q8_0"; REPACK_REPS=${BENCH_REPACK_REPS:-0} ;;
     full) SET_MODELS="a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-5} ;;
-    *) echo "bench: error: BENCH_SET must be comparison or full, got '$SET'" >&2; exit 1 ;;
+    soak) BUILD="$BUILD" exec "$ROOT/tools/bench/soak.sh" ;;
+    *) echo "bench: error: BENCH_SET must be comparison, full or soak, got '$SET'" >&2; exit 1 ;;
 esac
+SOAK=${BENCH_SOAK:-$([ "$SET" = full ] && echo 1 || echo 0)}
+case "$SOAK" in 0|1) ;; *) echo "bench: error: BENCH_SOAK must be 0 or 1, got '$SOAK'" >&2; exit 1 ;; esac
 if [ "$QUICK" = 1 ]; then
     MODELS=${BENCH_MODELS:-a3b-L4-q8_0}; REPS=${BENCH_REPS:-3}
 else
@@ -823,4 +830,11 @@ if [ "$REPACK_REPS" -gt 0 ]; then
         say "repacked experts, $t: $REPACK_REPS repetitions"
         BUILD="$BUILD" "$ROOT/tools/bench/repack-costs.sh" "$REPACK_REPS" "$t" | tee "$OUT/repack-$t.md"
     done
+fi
+
+# A long-running host under the preload with worker outages: memory, report and stderr stay bounded
+# (tools/bench/soak.sh; BENCH_SOAK=0 skips it, BENCH_SET=soak runs only it).
+if [ "$SOAK" = 1 ]; then
+    say "soak: a host serving for ${SOAK_SECONDS:-3600} s with worker outages"
+    BUILD="$BUILD" SOAK_OUT="$OUT/soak" "$ROOT/tools/bench/soak.sh" || die "the soak found unbounded growth (see $OUT/soak/result.json)"
 fi

@@ -1,8 +1,11 @@
 // moezip: logging. One family of printf-checked macros; every line is prefixed
 // "moezip[<pid>] <level>:" and goes to stderr. The level comes from MOEZIP_LOG
-// (error, warn, info, debug; default info), read once. Messages at error level are capped
-// per call site (MOEZIP_LOG_ONCE) so a failing hook cannot flood the host's terminal.
+// (error, warn, info, debug; default info), read once. Lines that can repeat once per graph go
+// through LOG_CAPPED: rate-limited per call site (log_limit.h), with counts of what was held back,
+// so a failing hook cannot flood the host's terminal.
 #pragma once
+
+#include "coordinator/base/log_limit.h"
 
 namespace moezip {
 
@@ -14,6 +17,9 @@ LogLevel log_level();
 void log_set_default(LogLevel level);
 /// Writes one line; used by the macros below.
 void log_write(LogLevel level, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
+/// Writes one line if `limiter` admits it now; the first line after suppressed ones ends
+/// " [N more lines like this suppressed]". Used by LOG_CAPPED.
+void log_limited(LogLimiter & limiter, LogLevel level, const char * fmt, ...) __attribute__((format(printf, 3, 4)));
 
 } // namespace moezip
 
@@ -23,6 +29,11 @@ void log_write(LogLevel level, const char * fmt, ...) __attribute__((format(prin
 #define LOG_WARN(...)  MOEZIP_LOG(::moezip::LogLevel::warn, __VA_ARGS__)
 #define LOG_INFO(...)  MOEZIP_LOG(::moezip::LogLevel::info, __VA_ARGS__)
 #define LOG_DEBUG(...) MOEZIP_LOG(::moezip::LogLevel::debug, __VA_ARGS__)
-/// Logs at most 5 times from this call site (a hook that fails on every graph says so a few times, then counts).
+/// Logs at most LogLimiter::kBurst lines per LogLimiter::kWindowMs from this call site and counts the
+/// rest (a hook that fails on every graph says so a few times a minute, with how often it failed).
 #define LOG_CAPPED(level, ...) \
-    do { static int moezip_log_n_ = 0; if (moezip_log_n_ < 5) { ++moezip_log_n_; MOEZIP_LOG(level, __VA_ARGS__); } } while (0)
+    do { \
+        static ::moezip::LogLimiter moezip_log_limiter_(__FILE__, __LINE__); \
+        if (static_cast<int>(level) <= static_cast<int>(::moezip::log_level())) \
+            ::moezip::log_limited(moezip_log_limiter_, level, __VA_ARGS__); \
+    } while (0)

@@ -143,7 +143,7 @@ struct WorkerServerConfig {
 struct Config {
     ConfigMode mode = ConfigMode::observe;       ///< default observe
     std::string report = "moezip-report.%p.json";  ///< report path; "%p" = pid (config_report_path)
-    int report_flush_ms = 1000;       ///< periodic report flush, ms, 0 = only at exit; 0..3600000
+    int report_flush_ms = 5000;       ///< periodic report flush, ms (at most this often, only when changed), 0 = only at exit; 0..3600000
     /// Per-call timeline (Chrome trace events, coordinator/evidence/trace.h), written at exit; "%p" =
     /// pid (config_trace_path); default "" = no trace.
     std::string trace;

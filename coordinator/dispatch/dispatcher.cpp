@@ -540,12 +540,7 @@ void Dispatcher::forget_plans(const std::vector<uint64_t> & plans) {
 }
 
 // NaN for no sample: written as null in the report (0 would read as a measured time).
-static double percentile(std::vector<float> v, double p) {
-    if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-    size_t k = (size_t) (p * (v.size() - 1) + 0.5);
-    std::nth_element(v.begin(), v.begin() + k, v.end());
-    return v[k];
-}
+static double percentile(const LatencySamples & v, double p) { return v.percentile(p); }
 
 nlohmann::json Dispatcher::stats_json() const {
     nlohmann::json arr = nlohmann::json::array();

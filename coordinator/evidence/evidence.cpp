@@ -1,5 +1,6 @@
 #include "coordinator/evidence/evidence.h"
 
+#include "coordinator/base/log_limit.h"
 #include "provider_map/engine_pin.h"
 
 #include <algorithm>
@@ -24,7 +25,8 @@ void Evidence::add_logits(const float * data, int64_t n_vocab, int64_t rows, con
     ++st.count;
     st.chain = XXH3_64bits_withSeed(&r.xxh3, sizeof r.xxh3, st.chain);
     r.stream = st.id;
-    if (logits.size() < kLogitsKept) logits.push_back(r);
+    if (logits.size() < kLogitsFirst) logits.push_back(r);
+    else logits_recent.push(r);
 }
 
 void Evidence::end_stream(const void * sched) {
@@ -47,9 +49,17 @@ void Evidence::add_routing(int il, const ggml_tensor * ids, int64_t n_used, int6
         }
 }
 
+// A message longer than `max` keeps its start and says how long it was (a worker's error text or a
+// path can be of any length; the report's size must not be).
+static std::string cut_message(const std::string & message, size_t max) {
+    if (message.size() <= max) return message;
+    return message.substr(0, max) + "... (" + std::to_string(message.size()) + " bytes)";
+}
+
 void Evidence::add_error(const std::string & message) {
     ++errors_total;
-    if (errors.size() < 50) errors.push_back(message);
+    if (errors.size() < kErrorsFirst) errors.push_back(cut_message(message, kErrorBytes));
+    else errors_recent.push(cut_message(message, kErrorBytes));
 }
 
 static nlohmann::json weight_json(const WeightInfo & w) {
@@ -109,16 +119,21 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                    {"regions_handled", ev.regions_handled}, {"regions_passthrough", ev.regions_passthrough}};
     j["graphs"] = {{"cpu_computes", ev.graphs}, {"with_moe", ev.moe_graphs}, {"scheduled", ev.sched_graphs}};
     json lg = json::array();
-    for (const LogitsRecord & r : ev.logits)
+    auto list = [&lg](const LogitsRecord & r) {
         lg.push_back({{"index", r.index}, {"stream", r.stream}, {"n_vocab", r.n_vocab}, {"rows", r.rows}, {"xxh3", hex64(r.xxh3)}});
+    };
+    for (const LogitsRecord & r : ev.logits) list(r);
+    const std::vector<LogitsRecord> recent = ev.logits_recent.in_order();
+    for (const LogitsRecord & r : recent) list(r);  // indices follow the first ones': the listing stays increasing
     json streams = json::array();
     for (const auto & kv : ev.streams)
         streams.push_back({{"id", kv.second.id}, {"count", kv.second.count}, {"chain_xxh3", hex64(kv.second.chain)}, {"ended", kv.second.ended}});
-    j["logits"] = {{"count", ev.logits_total}, {"listed", ev.logits.size()}, {"chain_xxh3", hex64(ev.logits_chain)},
-                   {"streams", streams}, {"graphs", lg}};
+    j["logits"] = {{"count", ev.logits_total}, {"listed", lg.size()}, {"listed_first", ev.logits.size()},
+                   {"listed_recent", recent.size()}, {"chain_xxh3", hex64(ev.logits_chain)}, {"streams", streams}, {"graphs", lg}};
     j["workers"] = ev.workers;
     j["hook_bindings"] = ev.hook_bindings;
-    j["errors"] = {{"count", ev.errors_total}, {"first", ev.errors}};
+    j["errors"] = {{"count", ev.errors_total}, {"first", ev.errors}, {"recent", ev.errors_recent.in_order()}};
+    j["log"] = {{"lines_suppressed", log_suppressed_total()}};  // stderr lines held back by LOG_CAPPED's rate limit
     return j;
 }
 

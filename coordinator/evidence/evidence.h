@@ -2,10 +2,14 @@
 //
 // The report (schema "moezip-report/1", docs/report.md) is what makes a run auditable and two runs
 // comparable: engine identity, config digest, provider map, per-layer counters, identity checks,
-// and the XXH3-64 of every graph's logits output (`result_output`) with a rolling chain hash.
+// and the XXH3-64 of every graph's logits output (`result_output`) chained over the whole run.
+// Bounded for servers that run for days: every logits output is counted and chained, but only the
+// first kLogitsFirst and the last kLogitsRecent are listed one by one; errors likewise (docs/report.md
+// gives the report's size bound).
 #pragma once
 
 #include "coordinator/base/hex.h"
+#include "coordinator/evidence/bounded_ring.h"
 #include "provider_map/status.h"
 #include "provider_map/provider_map.h"
 
@@ -104,14 +108,24 @@ struct Evidence {
     uint64_t sched_graphs = 0;      ///< graphs the engine's scheduler computed
     uint64_t identity_passed = 0, identity_failed = 0;
     uint64_t regions_handled = 0, regions_passthrough = 0;
-    /// The first kLogitsKept outputs are listed one by one; every output is counted and chained.
-    static constexpr size_t kLogitsKept = 100000;
-    std::vector<LogitsRecord> logits;
+    /// Every output is counted and chained; the first kLogitsFirst are listed in `logits`, the last
+    /// kLogitsRecent after those in `logits_recent`: memory and report size stay fixed however long
+    /// the run (two runs compare by their chains, moezip-report compare).
+    static constexpr size_t kLogitsFirst = 256;
+    static constexpr size_t kLogitsRecent = 256;
+    std::vector<LogitsRecord> logits;                         ///< the first kLogitsFirst outputs
+    BoundedRing<LogitsRecord> logits_recent{kLogitsRecent};   ///< the last outputs after the first ones
     uint64_t logits_total = 0;
     uint64_t logits_chain = 0;      ///< chain = XXH3_64(xxh3_i, seed = chain) over all outputs
     std::map<uint64_t, LogitsStream> streams;        ///< by stream id
     std::map<const void *, uint64_t> stream_of;      ///< live scheduler -> its stream id
-    std::vector<std::string> errors;  ///< first errors, capped
+    /// Errors: all counted; the first kErrorsFirst messages and the last kErrorsRecent after them are
+    /// kept, each cut to kErrorBytes (a long-running server's every failed compute is one more count).
+    static constexpr size_t kErrorsFirst = 50;
+    static constexpr size_t kErrorsRecent = 16;
+    static constexpr size_t kErrorBytes = 1024;
+    std::vector<std::string> errors;                       ///< the first kErrorsFirst messages
+    BoundedRing<std::string> errors_recent{kErrorsRecent}; ///< the last messages after the first ones
     nlohmann::json workers = nlohmann::json::array();  ///< filled by the dispatcher
     /// where each engine call moezip interposes is bound ("moezip", "not bound yet", "bypassed: ..."),
     /// filled at exit (preload/import_binding.h)
@@ -122,7 +136,8 @@ struct Evidence {
     void add_logits(const float * data, int64_t n_vocab, int64_t rows, const void * sched = nullptr);
     /// The scheduler was freed: its stream ends; a new scheduler at the same address starts another.
     void end_stream(const void * sched);
-    /// Records an error message (the first 50 are kept; all are counted).
+    /// Records an error message: counted; kept when among the first kErrorsFirst or the last
+    /// kErrorsRecent, cut to kErrorBytes (the cut one ends "... (N bytes)").
     void add_error(const std::string & message);
     uint64_t errors_total = 0;
 };

@@ -283,16 +283,14 @@ Status WorkerLink::recv(uint64_t request_id, MsgHeader & h, zmq::message_t & dat
             if ((int64_t) h.service_us > rtt_us) h.service_us = (uint32_t) std::min<int64_t>(rtt_us, UINT32_MAX);
             if (h.setup_us > h.service_us) h.setup_us = h.service_us;  // a part of the service, never more
             const float rtt = (float) (rtt_us / 1000.0);
-            if (stats_.rtt_ms.size() < 1000000) stats_.rtt_ms.push_back(rtt);
-            if (sent_rows_ == 1 && stats_.rtt_ms_one_row.size() < 1000000) stats_.rtt_ms_one_row.push_back(rtt);
+            stats_.rtt_ms.push_back(rtt);
+            if (sent_rows_ == 1) stats_.rtt_ms_one_row.push_back(rtt);
             if (h.kind == static_cast<uint16_t>(MsgKind::result)) {
                 const float service = (float) (h.service_us / 1000.0);
                 stats_.service_us_total += h.service_us;
                 stats_.setup_us_total += h.setup_us;
-                if (stats_.service_ms.size() < 1000000) {
-                    stats_.service_ms.push_back(service);
-                    stats_.rtt_minus_service_ms.push_back(rtt - service);
-                }
+                stats_.service_ms.push_back(service);
+                stats_.rtt_minus_service_ms.push_back(rtt - service);
             }
             trace_reply_taken(endpoint_, h, bytes_in, sent_at_, wait0);
             if (parts.size() > 1) data = std::move(parts[1]); else data.rebuild(0);

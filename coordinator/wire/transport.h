@@ -15,6 +15,7 @@
 // of its own, kept when the socket is reopened, so the worker keeps this link's plan across reconnects.
 #pragma once
 
+#include "coordinator/evidence/latency_samples.h"
 #include "coordinator/wire/curve_keys.h"
 #include "coordinator/wire/link_monitor.h"
 #include "coordinator/wire/protocol.h"
@@ -47,14 +48,16 @@ struct WorkerStats {
     /// engine's ADD chain) instead of one output per slot (experts mode, experts_handler.cpp)
     uint64_t prefix_sum_replies = 0;
     uint64_t prefix_sum_rows = 0, prefix_sum_slots = 0;  ///< of them: the rows sent back as sums, the slots those cover
-    std::vector<float> rtt_ms;  ///< send -> reply taken (after this host's own part), per request (first 1,000,000 kept)
+    /// Per-request times for the report's percentiles, bounded however long the run
+    /// (coordinator/evidence/latency_samples.h: the first 4096 exact, then a fixed histogram).
+    LatencySamples rtt_ms;  ///< send -> reply taken (after this host's own part), per request
     /// The same for requests of one row only (decode calls): a run's prompt calls take hundreds of ms
     /// and would be its p99 among a few hundred decode calls, hiding a decode stall.
-    std::vector<float> rtt_ms_one_row;
-    std::vector<float> service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
+    LatencySamples rtt_ms_one_row;
+    LatencySamples service_ms;   ///< the worker's own time per result (MsgHeader::service_us)
     /// per result: round trip - service = transfer, ZeroMQ, queueing, and the time the reply waited
     /// while this host computed its own part (the round trip ends when the reply is taken)
-    std::vector<float> rtt_minus_service_ms;
+    LatencySamples rtt_minus_service_ms;
     /// Sums over all results in whole us, as the replies said them (summed in integers so that setup
     /// <= service holds in the totals as in each reply: float sums broke it).
     uint64_t service_us_total = 0;

@@ -21,14 +21,16 @@
 //       copy A next to OUT, open the copy, delete it, load it as /proc/self/fd/N and generate (a
 //       model read from a file already gone: a replaced download, O_TMPFILE; its fd's link
 //       reads "... (deleted)"). The run is recorded under A's name.
-//   moezip-test-host serve -m A.gguf [-n N] [--fixture K] [--requests R] [--progress F] [--pid-file P] --json OUT
-//       a server: request after request (a generation from the fixture prompt, memory cleared after
-//       each) until SIGTERM or SIGINT (or R requests). A request that fails is counted and the next
-//       one is served, as llama-server answers HTTP 500 and takes the next; the exit status is 0
-//       after the signal whatever failed, as a server's main returns. Each request appends one
-//       character to F ('o' served, 'f' failed) as it ends. The JSON's runs hold each distinct
-//       output once (one run when every request had the same tokens and logits), and "served" and
-//       "failed" count the requests. P gets the process id once the model is loaded (a test signals it).
+//   moezip-test-host serve -m A.gguf [--contexts C] [-n N] [--fixture K] [--requests R] [--for-ms T]
+//                          [--progress F] [--pid-file P] --json OUT
+//       a server: C contexts (default 1), each on its own thread, answer request after request (a
+//       generation from the fixture prompt, memory cleared after each) until SIGTERM or SIGINT, R
+//       requests in all, or T ms. A request that fails is counted and the next one is served, as
+//       llama-server answers HTTP 500 and takes the next; the exit status is 0 whatever failed, as a
+//       server's main returns. Each request appends one character to F ('o' served, 'f' failed) as
+//       it ends. The JSON's runs hold each distinct output once (one run when every request had the
+//       same tokens and logits), and "serve": {"served", "failed", "ms"} counts the requests. P gets
+//       the process id once the model is loaded (a test signals it).
 //
 // The JSON: {"runs": [{"model", "context", "tokens": [...], "logits_xxh3": ["16 hex", ...]}]}.
 // Exit 0 when every generation finished, 1 when one failed (the error on stderr), 2 on bad flags.
@@ -69,14 +71,16 @@ struct Args {
     int n_predict = 16, n_fixture = 24, contexts = 2, after_ms = 300, pauses = 1;
     std::string json;
     std::string pause_file;
-    int64_t requests = 0;  // serve: 0 = until a signal
+    int64_t requests = 0;  // serve: requests in all (0: until a signal or --for-ms)
+    int64_t for_ms = 0;    // serve: start no request after this many ms (0: no limit)
     std::string progress;  // serve: one character per request ends here
     std::string pid_file;  // serve: getpid() written here once serving
+    bool contexts_given = false;
 };
 
 std::mutex g_out_mu;
 nlohmann::json g_runs = nlohmann::json::array();
-nlohmann::json g_counts = nlohmann::json::object();  // serve: "served", "failed"
+nlohmann::json g_serve;  // serve: {"served", "failed", "ms"}
 
 int fail(const std::string & what, const Status & st) {
     fprintf(stderr, "moezip-test-host: error: %s: %s\n", what.c_str(), st.message().c_str());
@@ -239,19 +243,35 @@ int scenario_serve(const Args & a) {
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
     Loaded l;
-    Status st = load(a, a.models[0], l);
+    std::vector<llama_context *> more;
+    Status st = load(a, a.models[0], l, a.contexts_given ? a.contexts : 1, &more);
     if (!st) return fail("load", st);
+    std::vector<llama_context *> ctxs = {l.ctx};
+    ctxs.insert(ctxs.end(), more.begin(), more.end());
     if (!a.pid_file.empty()) std::ofstream(a.pid_file) << getpid() << "\n";
-    int64_t served = 0, failed = 0;
-    while (!g_stop_serving && (a.requests == 0 || served + failed < a.requests)) {
-        st = generate_into(l.ctx, a, a.models[0], 0);
-        if (st) ++served;
-        else ++failed;
-        if (!a.progress.empty()) std::ofstream(a.progress, std::ios::app) << (st ? 'o' : 'f');
-    }
-    fprintf(stderr, "moezip-test-host: serve: %lld requests served, %lld failed\n", (long long) served, (long long) failed);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::milliseconds(a.for_ms);
+    std::atomic<int64_t> started{0}, served{0}, failed{0};
+    std::mutex progress_mu;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ctxs.size(); ++i)
+        threads.emplace_back([&, i]() {
+            while (!g_stop_serving && (a.requests == 0 || started.fetch_add(1) < a.requests)) {
+                if (a.for_ms > 0 && std::chrono::steady_clock::now() >= deadline) break;
+                const Status g = generate_into(ctxs[i], a, a.models[0], (int) i);
+                (g ? served : failed).fetch_add(1);
+                if (!a.progress.empty()) {
+                    std::lock_guard<std::mutex> lock(progress_mu);
+                    std::ofstream(a.progress, std::ios::app) << (g ? 'o' : 'f');
+                }
+            }
+        });
+    for (auto & t : threads) t.join();
+    for (llama_context * c : more) llama_free(c);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    fprintf(stderr, "moezip-test-host: serve: %lld requests served, %lld failed\n", (long long) served.load(), (long long) failed.load());
     std::lock_guard<std::mutex> lock(g_out_mu);
-    g_counts = {{"served", served}, {"failed", failed}};
+    g_serve = {{"served", served.load()}, {"failed", failed.load()}, {"ms", ms}};
     return 0;  // a server's status after it was told to stop, whatever its requests did
 }
 
@@ -330,24 +350,27 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, deleted or serve")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "deleted", "serve"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, serve or deleted")->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
     app.add_option("--fixture", a.n_fixture, "prompt: this many fixture token ids (seed 1)")->check(CLI::Range(1, 4096));
-    app.add_option("--contexts", a.contexts, "parallel: contexts")->check(CLI::Range(1, 16));
+    app.add_option("--contexts", a.contexts, "parallel: contexts (default 2); serve: contexts (default 1)")->check(CLI::Range(1, 16));
     app.add_option("--after-ms", a.after_ms, "exit-mid-decode: exit after this many ms")->check(CLI::Range(0, 600000));
+    app.add_option("--for-ms", a.for_ms, "serve: start no request after this many ms (0: after --requests)")
+        ->check(CLI::Range((int64_t) 0, (int64_t) 86400000));
     app.add_option("--json", a.json, "write the runs here");
     app.add_option("--pause-file", a.pause_file, "pause: the files P.ready (written) and P.go (waited for)");
     app.add_option("--pauses", a.pauses, "pause: pauses, each followed by a run (P-2.ready, P-2.go, ... after the first)")
         ->check(CLI::Range(1, 100));
-    app.add_option("--requests", a.requests, "serve: stop after this many requests (0: at SIGTERM or SIGINT)")
+    app.add_option("--requests", a.requests, "serve: stop after this many requests in all (0: at SIGTERM, SIGINT or --for-ms)")
         ->check(CLI::Range((int64_t) 0, (int64_t) 1000000000));
     app.add_option("--progress", a.progress, "serve: append 'o' (served) or 'f' (failed) here as each request ends");
     app.add_option("--pid-file", a.pid_file, "serve: write the process id here once the model is loaded");
     try {
         app.parse(argc, argv);
+        a.contexts_given = app.get_option("--contexts")->count() > 0;
     } catch (const CLI::ParseError & e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
@@ -361,13 +384,11 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "signals") rc = scenario_signals(a);
     else if (a.scenario == "exit-mid-decode") rc = scenario_exit_mid_decode(a);
     else if (a.scenario == "pause") rc = scenario_pause(a);
-    else if (a.scenario == "deleted") rc = scenario_deleted(a);
     else if (a.scenario == "serve") rc = scenario_serve(a);
-    if (!a.json.empty()) {
-        nlohmann::json out = g_counts;
-        out["runs"] = g_runs;
-        std::ofstream(a.json) << out.dump(1) << "\n";
-    }
+    else if (a.scenario == "deleted") rc = scenario_deleted(a);
+    nlohmann::json out = {{"runs", g_runs}};
+    if (!g_serve.is_null()) out["serve"] = g_serve;
+    if (!a.json.empty()) std::ofstream(a.json) << out.dump(1) << "\n";
     llama_backend_free();
     return rc;
 }

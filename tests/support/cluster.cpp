@@ -53,8 +53,11 @@ CommandResult run_preloaded(const std::vector<std::string> & argv, const std::st
 }
 
 bool errors_mention(const nlohmann::json & report, const std::string & text) {
-    for (const auto & e : report["errors"]["first"])
-        if (e.get<std::string>().find(text) != std::string::npos) return true;
+    for (const char * part : {"first", "recent"}) {
+        if (!report["errors"].contains(part)) continue;
+        for (const auto & e : report["errors"][part])
+            if (e.get<std::string>().find(text) != std::string::npos) return true;
+    }
     return false;
 }
 

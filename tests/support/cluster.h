@@ -25,7 +25,7 @@ uint64_t sum_layers(const nlohmann::json & report, const char * key);
 /// the label is absent.
 uint64_t worker_counter(const std::string & text, const std::string & label);
 
-/// True when one of the report's first errors (`errors.first`) contains `text`.
+/// True when one of the report's kept errors (`errors.first`, `errors.recent`) contains `text`.
 bool errors_mention(const nlohmann::json & report, const std::string & text);
 
 /// The runs of a moezip-test-host --json file (`runs`: per run its tokens and logits hashes).

@@ -53,7 +53,7 @@ TEST_P(ServerPolicy, AWorkerLostWhileServingFailsItsRequestsAndTheServerExitsWit
     const bool failed = host.wait_until([](int64_t, int64_t f) { return f >= 3; });
     const CommandResult & r = host.stop();
     ASSERT_TRUE(failed) << "no request failed after the worker was killed: " << r.err;
-    const json counts = load_json(host.json_path());
+    const json counts = load_json(host.json_path())["serve"];
     EXPECT_GE(counts["failed"].get<int64_t>(), 3) << counts.dump();
     EXPECT_NE(r.err.find("moezip-test-host: serve:"), std::string::npos) << "it served until SIGTERM: " << r.err;
     // ... and still did not end as a success
@@ -80,7 +80,7 @@ TEST_P(ServerPolicy, AServerWhoseWorkerServedEveryRequestExitsWith0) {
     const CommandResult & r = host.stop();
     ASSERT_TRUE(served) << r.err;
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(load_json(host.json_path())["failed"], 0);
+    EXPECT_EQ(load_json(host.json_path())["serve"]["failed"], 0);
     const json rep = load_json(c.dir + "/serve.json");
     EXPECT_EQ(rep["checks"].value("computes_failed", (int64_t) -1), 0) << rep["checks"].dump();
     EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
