@@ -17,6 +17,10 @@
 //   moezip-test-host pause -m A.gguf --pause-file P
 //       generate, create P.ready, wait (at most 60 s) until P.go exists, generate again on the same
 //       context: a test can change the world (restart a worker) while the host is idle
+//   moezip-test-host until-stop -m A.gguf --stop-file S [-n N] [--fixture K] --json OUT
+//       generate again and again on one context (memory cleared between runs), every run
+//       recorded, until S exists (checked after each run; at least one run, at most 300 s):
+//       traffic for as long as a test needs it, each run comparable with a single-node run
 //   moezip-test-host deleted -m A.gguf --json OUT
 //       copy A next to OUT, open the copy, delete it, load it as /proc/self/fd/N and generate (a
 //       model read from a file already gone: a replaced download, O_TMPFILE; its fd's link
@@ -76,6 +80,7 @@ struct Args {
     std::string progress;  // serve: one character per request ends here
     std::string pid_file;  // serve: getpid() written here once serving
     bool contexts_given = false;
+    std::string stop_file;
 };
 
 std::mutex g_out_mu;
@@ -313,6 +318,23 @@ int scenario_pause(const Args & a) {
     return 0;
 }
 
+// Runs until the stop file exists; the bound keeps a test whose stop never comes from hanging.
+int scenario_until_stop(const Args & a) {
+    if (a.stop_file.empty()) return fail("until-stop", Status::invalid_argument("needs --stop-file"));
+    Loaded l;
+    Status st = load(a, a.models[0], l);
+    if (!st) return fail("load", st);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    int run = 0;
+    do {
+        st = generate_into(l.ctx, a, a.models[0], 0);
+        if (!st) return fail("run " + std::to_string(run + 1), st);
+        ++run;
+        if (std::chrono::steady_clock::now() > deadline) return fail("until-stop", Status::timeout("no " + a.stop_file + " within 300 s"));
+    } while (!std::ifstream(a.stop_file));
+    return 0;
+}
+
 } // namespace
 
 namespace {
@@ -350,8 +372,9 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, serve or deleted")->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted"}));
+    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, serve, deleted or until-stop")
+        ->required()
+        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted", "until-stop"}));
     app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
@@ -368,6 +391,7 @@ int main(int argc, char ** argv) {
         ->check(CLI::Range((int64_t) 0, (int64_t) 1000000000));
     app.add_option("--progress", a.progress, "serve: append 'o' (served) or 'f' (failed) here as each request ends");
     app.add_option("--pid-file", a.pid_file, "serve: write the process id here once the model is loaded");
+    app.add_option("--stop-file", a.stop_file, "until-stop: generate again until this file exists");
     try {
         app.parse(argc, argv);
         a.contexts_given = app.get_option("--contexts")->count() > 0;
@@ -386,6 +410,7 @@ int main(int argc, char ** argv) {
     else if (a.scenario == "pause") rc = scenario_pause(a);
     else if (a.scenario == "serve") rc = scenario_serve(a);
     else if (a.scenario == "deleted") rc = scenario_deleted(a);
+    else if (a.scenario == "until-stop") rc = scenario_until_stop(a);
     nlohmann::json out = {{"runs", g_runs}};
     if (!g_serve.is_null()) out["serve"] = g_serve;
     if (!a.json.empty()) std::ofstream(a.json) << out.dump(1) << "\n";
