@@ -10,9 +10,13 @@ void worker_socket_configure(zmq::socket_t & sock, const WorkerSocketOptions & o
     if (o.bind.rfind("tcp://[", 0) == 0) sock.set(zmq::sockopt::ipv6, 1);  // tcp://[::1]:port
     if (o.max_frame_bytes > 0) sock.set(zmq::sockopt::maxmsgsize, o.max_frame_bytes);
     sock.set(zmq::sockopt::handshake_ivl, o.handshake_ms);
-    sock.set(zmq::sockopt::heartbeat_ivl, kHeartbeatIvlMs);
-    sock.set(zmq::sockopt::heartbeat_timeout, kHeartbeatTimeoutMs);
-    sock.set(zmq::sockopt::heartbeat_ttl, kHeartbeatTimeoutMs);
+    // dead peers are the kernel's to find (worker_socket.h): a ZMTP heartbeat here aborts the
+    // process after a link outage on libzmq 4.3.4
+    sock.set(zmq::sockopt::tcp_keepalive, 1);
+    sock.set(zmq::sockopt::tcp_keepalive_idle, kKeepaliveIdleS);
+    sock.set(zmq::sockopt::tcp_keepalive_intvl, kKeepaliveIntervalS);
+    sock.set(zmq::sockopt::tcp_keepalive_cnt, kKeepaliveProbes);
+    sock.set(zmq::sockopt::tcp_maxrt, kPeerSilenceMaxMs);
     sock.set(zmq::sockopt::backlog, kListenBacklog);
     sock.set(zmq::sockopt::router_handover, 1);  // a coordinator that reconnects (same routing id) takes its id over
     if (!o.key.secret_key.empty()) {

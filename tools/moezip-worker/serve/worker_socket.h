@@ -7,8 +7,14 @@
 //   ZMQ_HANDSHAKE_IVL = handshake_ms (default 5000): a connection that does not complete the ZeroMQ
 //     handshake (with CURVE: authenticate) in that time is closed, so idle or refused peers do not
 //     hold descriptors
-//   ZMQ_HEARTBEAT_IVL 5000 / ZMQ_HEARTBEAT_TIMEOUT 30000 / ZMQ_HEARTBEAT_TTL 30000 ms: ZMTP pings;
-//     a peer that answers nothing for 30 s is disconnected (its descriptor freed)
+//   no ZMTP heartbeats (ZMQ_HEARTBEAT_IVL stays 0): libzmq 4.3.4's heartbeat timer writes on a
+//     connection whose input already stopped with an error (stream_engine_base.cpp:331,
+//     `!_io_error`, libzmq issue 4364) and aborts the process; after a link outage a coordinator
+//     that reconnects takes its routing id over (ROUTER_HANDOVER), the old connection's late bytes
+//     stop its input, its reset sets the error, and the next heartbeat killed the worker
+//   TCP keepalive (ZMQ_TCP_KEEPALIVE, idle 10 s, a probe every 5 s) and ZMQ_TCP_MAXRT 30000 ms
+//     (TCP_USER_TIMEOUT) instead: the kernel, not a libzmq timer, closes a connection whose peer
+//     acknowledged nothing for about 30 s (a vanished host), and its descriptor is freed
 //   ZMQ_BACKLOG 1024: connections waiting for accept() while the descriptor table is full
 //   ZMQ_ROUTER_HANDOVER: a coordinator reconnecting with its routing id takes it over (and its plan)
 //   linger 0; IPv6 for tcp://[...] endpoints
@@ -33,8 +39,10 @@ struct WorkerSocketOptions {
     int handshake_ms = 5000;     ///< ZMQ_HANDSHAKE_IVL
 };
 
-constexpr int kHeartbeatIvlMs = 5000;
-constexpr int kHeartbeatTimeoutMs = 30000;
+constexpr int kKeepaliveIdleS = 10;      ///< ZMQ_TCP_KEEPALIVE_IDLE: seconds of silence before the first probe
+constexpr int kKeepaliveIntervalS = 5;   ///< ZMQ_TCP_KEEPALIVE_INTVL: seconds between probes
+constexpr int kKeepaliveProbes = 4;      ///< ZMQ_TCP_KEEPALIVE_CNT (TCP_USER_TIMEOUT ends it first)
+constexpr int kPeerSilenceMaxMs = 30000; ///< ZMQ_TCP_MAXRT: unacknowledged data or probes this long close the connection
 constexpr int kListenBacklog = 1024;
 
 /// Sets the options above on `sock` (before bind).
