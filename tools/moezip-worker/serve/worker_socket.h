@@ -9,7 +9,7 @@
 //     hold descriptors
 //   no ZMTP heartbeats (ZMQ_HEARTBEAT_IVL stays 0): libzmq 4.3.4's heartbeat timer writes on a
 //     connection whose input already stopped with an error (stream_engine_base.cpp:331,
-//     `!_io_error`, libzmq issue 4364) and aborts the process; after a link outage a coordinator
+//     `!_io_error`, github.com/zeromq/libzmq/issues/4364) and aborts the process; after a link outage a coordinator
 //     that reconnects takes its routing id over (ROUTER_HANDOVER), the old connection's late bytes
 //     stop its input, its reset sets the error, and the next heartbeat killed the worker
 //   TCP keepalive (ZMQ_TCP_KEEPALIVE, idle 10 s, a probe every 5 s) and ZMQ_TCP_MAXRT 30000 ms
