@@ -81,6 +81,10 @@ TEST_P(TwoModels, TheSecondModelRunsInTheEngineNamedAndNoWorkerIsBlamed) {
     expect_no_worker_blamed(rep);
     expect_other_model(rep, real_path(b));
     EXPECT_EQ(rep["plans"]["made"].get<int>(), 2) << "plans only for A's two layers: " << rep["plans"].dump();
+    const CommandResult show = run_command({bin_path("moezip-report"), "show", c.dir + "/dist.json"});
+    EXPECT_NE(show.out.find("other model: not the distributed model (" + real_path(b) + "): " + rep["other_models"][0]["regions"].dump() +
+                            " MoE regions computed by the engine alone"),
+              std::string::npos) << show.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Config, TwoModels, ::testing::Values(TwoCase{"model_named", true}, TwoCase{"oldest_mapped", false}),
