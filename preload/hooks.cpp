@@ -105,7 +105,9 @@ __attribute__((constructor)) static void moezip_preload_loaded() {
 }
 
 // Every PLT call of mmap in the process comes here (glibc's own, e.g. malloc's, does not: it calls
-// its internal alias). The kernel call is made directly, so nothing here allocates or recurses.
+// its internal alias). The kernel call is made directly (no recursion into this shim); after it, a
+// read-only file mapping is checked for the GGUF magic and, when it is one, recorded (allocates a
+// path string; malloc's own mmaps never come here).
 MOEZIP_EXPORT void * mmap(void * addr, size_t len, int prot, int flags, int fd, off_t off) {
     bool lazy = false;
     const bool file_read_only = fd >= 0 && !(prot & PROT_WRITE);

@@ -80,7 +80,6 @@ struct LogitsStream {
     bool ended = false;   ///< its scheduler was freed (the context is gone)
 };
 
-/// A model epoch boundary: plans retired because the engine freed (or changed) their weights.
 /// The MoE regions of a model other than the distributed one (config `model`; a draft model, a
 /// second model in the process): the engine computes them, no worker sees them, and they are not
 /// counted against require_intercept nor in `layers` (their layer numbers are another model's).
@@ -90,6 +89,7 @@ struct OtherModel {
     std::set<int> layers;    ///< their layer numbers (il) in that model
 };
 
+/// A model epoch boundary: plans retired because the engine freed (or changed) their weights.
 struct EpochEvent {
     uint64_t graph = 0;   ///< CPU graph computes seen before the event
     std::string why;
