@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <sys/stat.h>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,10 @@ TEST_P(TwoModels, TheSecondModelRunsInTheEngineNamedAndNoWorkerIsBlamed) {
     expect_no_worker_blamed(rep);
     expect_other_model(rep, real_path(b));
     EXPECT_EQ(rep["plans"]["made"].get<int>(), 2) << "plans only for A's two layers: " << rep["plans"].dump();
+    // experts mode maps only the distributed model without MAP_POPULATE: the other is computed whole here
+    struct stat st_a;
+    ASSERT_EQ(stat(a.c_str(), &st_a), 0);
+    EXPECT_EQ(rep["memory"]["model_mapped_lazily_bytes"].get<int64_t>(), (int64_t) st_a.st_size) << rep["memory"].dump();
     const CommandResult show = run_command({bin_path("moezip-report"), "show", c.dir + "/dist.json"});
     EXPECT_NE(show.out.find("other model: not the distributed model (" + real_path(b) + "): " + rep["other_models"][0]["regions"].dump() +
                             " MoE regions computed by the engine alone"),
