@@ -26,6 +26,18 @@ size_t split_suffix_at(const std::string & name) {
     return at;
 }
 
+// The part number k of a split part's name "...-kkkkk-of-nnnnn.gguf" (1-based), 0 when not one.
+int split_part_no(const std::string & name) {
+    const size_t at = split_suffix_at(name);
+    return at == std::string::npos ? 0 : atoi(name.c_str() + at + 1);
+}
+
+// The "-of-nnnnn.gguf" tail of a split part's name ("" when not one).
+std::string split_count_tail(const std::string & name) {
+    const size_t at = split_suffix_at(name);
+    return at == std::string::npos ? std::string() : name.substr(at + 6);
+}
+
 bool overlaps(const char * b0, const char * e0, const char * b1, const char * e1) { return b0 < e1 && b1 < e0; }
 
 } // namespace
@@ -44,6 +56,16 @@ void ModelFiles::mapped(const void * addr, size_t len, const std::string & path)
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = entries_.size(); i-- > 0;)
         if (overlaps(entries_[i].begin, entries_[i].end, e.begin, e.end)) entries_.erase(entries_.begin() + (long) i);
+    // A later part of a split model belongs to the model whose parts are being mapped: the engine
+    // maps them in order (llama-model-loader.cpp, init_mappings), and a part's file may be a link to
+    // another directory or name than the first part's, so its own realpath would name another model.
+    const std::string tail = split_count_tail(e.path);
+    if (split_part_no(e.path) > 1) {
+        const Entry * latest = nullptr;
+        for (const Entry & o : entries_)
+            if (split_count_tail(o.path) == tail && (latest == nullptr || o.seq > latest->seq)) latest = &o;
+        if (latest != nullptr) e.identity = latest->identity;
+    }
     e.seq = ++seq_;
     entries_.push_back(std::move(e));
 }

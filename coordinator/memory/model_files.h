@@ -11,7 +11,9 @@
 //
 // The distributed model is the config's `model` (a path; its realpath is compared), else the
 // oldest model file still mapped. The parts of a split model (llama.cpp's llama_split_path:
-// "<prefix>-%05d-of-%05d.gguf") are one model.
+// "<prefix>-%05d-of-%05d.gguf") are one model: a part after the first takes the identity of the
+// split part mapped last before it with the same count (the engine maps a model's parts in order),
+// so a part that is a link to another directory or name still belongs to its model.
 #pragma once
 
 #include <cstddef>

@@ -48,6 +48,26 @@ TEST(ModelFiles, SplitPartsOfOneModelShareOneIdentityAndOtherNamesDoNot) {
     EXPECT_EQ(model_file_identity("/gone/x.gguf (deleted)"), "/gone/x.gguf (deleted)") << "a path that does not resolve stays as given";
 }
 
+TEST(ModelFiles, ALaterSplitPartLinkedElsewhereBelongsToTheModelMappedBeforeIt) {
+    // the second part is a link to a file in another directory with another prefix (a part on
+    // tmpfs): /proc/self/fd names the link's target, whose realpath alone would be another model
+    const std::string dir = test_dir("model_files_split_link");
+    const std::string p1 = write_file(dir + "/m-00001-of-00002.gguf", "GGUF");
+    const std::string elsewhere = write_file(dir + "/shm-99-00002-of-00002.gguf", "GGUF");
+    const std::string other = write_file(dir + "/x.gguf", "GGUF");
+    ModelFiles f;
+    f.mapped(at(0), 1000, p1);
+    f.mapped(at(1000), 1000, elsewhere);
+    f.mapped(at(3000), 1000, other);
+    EXPECT_TRUE(f.verdict(at(1500), "").distributed) << "part 2 is the oldest model's";
+    EXPECT_TRUE(f.verdict(at(1500), model_file_identity(p1)).distributed) << "the config names the first part";
+    EXPECT_FALSE(f.verdict(at(3500), "").distributed);
+    // a first part is a model of its own, whatever was mapped before it
+    const std::string q1 = write_file(dir + "/q-00001-of-00002.gguf", "GGUF");
+    f.mapped(at(5000), 1000, q1);
+    EXPECT_FALSE(f.verdict(at(5500), "").distributed);
+}
+
 TEST(ModelFiles, WithoutAConfiguredModelTheOldestMappedIsDistributedAndTheOtherNamed) {
     const std::string dir = test_dir("model_files_oldest");
     const std::string a = write_file(dir + "/a.gguf", "GGUF"), b = write_file(dir + "/b.gguf", "GGUF");
