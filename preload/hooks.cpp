@@ -9,7 +9,8 @@
 //   ggml_backend_sched_free                  libllama -> here: a context's logits stream ends
 //   ggml_backend_buffer_free                 libllama, libggml-base -> here: freed weights end their plans
 //   mmap (libc)                               libllama's model load -> here: experts mode maps the
-//                                             GGUF without MAP_POPULATE (preload/session.h)
+//                                             GGUF without MAP_POPULATE (preload/session.h); every
+//                                             GGUF mapping is recorded: which model a weight is in
 #include "coordinator/base/log.h"
 #include "preload/session.h"
 
@@ -104,18 +105,22 @@ __attribute__((constructor)) static void moezip_preload_loaded() {
 }
 
 // Every PLT call of mmap in the process comes here (glibc's own, e.g. malloc's, does not: it calls
-// its internal alias). The kernel call is made directly, so nothing here allocates or recurses.
+// its internal alias). The kernel call is made directly (no recursion into this shim); after it, a
+// read-only file mapping is checked for the GGUF magic and, when it is one, recorded (allocates a
+// path string; malloc's own mmaps never come here).
 MOEZIP_EXPORT void * mmap(void * addr, size_t len, int prot, int flags, int fd, off_t off) {
     bool lazy = false;
-    if ((flags & MAP_POPULATE) && fd >= 0 && !(prot & PROT_WRITE) && moezip::session_map_model_lazily(fd)) {
+    const bool file_read_only = fd >= 0 && !(prot & PROT_WRITE);
+    if ((flags & MAP_POPULATE) && file_read_only && moezip::session_map_model_lazily(fd)) {
         flags &= ~MAP_POPULATE;
         lazy = true;
     }
     void * p = reinterpret_cast<void *>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-    if (lazy && p != MAP_FAILED) {
+    if (file_read_only && p != MAP_FAILED) {
         int saved = errno;
         try {
-            moezip::session_note_lazy_map(p, len, fd, (long) off);
+            if (lazy) moezip::session_note_lazy_map(p, len, fd, (long) off);
+            moezip::session_note_file_map(p, len, fd);  // which model file these addresses hold
         } catch (...) {
         }
         errno = saved;

@@ -8,6 +8,7 @@
 #include "coordinator/modes/handler_factory.h"
 #include "coordinator/base/log.h"
 #include "coordinator/modes/split.h"
+#include "coordinator/memory/model_files.h"
 #include "coordinator/memory/weight_release.h"
 #include "preload/abi_guard.h"
 #include "provider_map/engine_api.h"
@@ -52,6 +53,10 @@ struct Session {
     bool atexit_registered = false, atexit_late_registered = false;
     std::string why_passthrough;
     int pid = 0;
+    // The GGUF files mapped in the process, and the identity of the config's `model` ("" = the
+    // oldest mapped): which model's MoE layers are distributed (coordinator/memory/model_files.h).
+    ModelFiles model_files;
+    std::string model_identity;
     // The ABI guard, run once before any hook changes what the engine does (no_repack, lazy model
     // mapping): a refused engine must run exactly as without the preload.
     bool engine_checked = false, engine_ok = false;
@@ -134,6 +139,7 @@ void read_config_locked(Session & s) {
     if (path == nullptr || *path == 0) return;
     s.have_config = true;
     Status st = config_load_file(path, s.cfg);
+    if (st) st = config_check_model_file(s.cfg);
     log_set_default(s.cfg.log);
     if (!st) {
         // one log line per problem, each with the moezip[pid] prefix (messages may hold several)
@@ -155,6 +161,7 @@ void read_config_locked(Session & s) {
         s.why_passthrough = "bad config: " + st.message();
     } else {
         s.config_ok = true;
+        if (!s.cfg.model.empty()) s.model_identity = model_file_identity(s.cfg.model);
     }
     register_at_exit_locked(s);
 }
@@ -248,6 +255,8 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     opt.abort_on_mismatch = s.cfg.on_mismatch == MismatchPolicy::abort;
     opt.abort_on_handler_error = s.cfg.dispatch.on_worker_error == WorkerErrorPolicy::abort;
     opt.require_intercept = s.cfg.require_intercept;
+    opt.model_files = &s.model_files;
+    opt.model_identity = s.model_identity;
     s.runner.reset(new GraphRunner(s.api, s.ev.variant, s.ev, s.ev_mu, s.handler.get(), opt));
     s.state = State::active;
     if (!s.cfg.trace.empty()) {
@@ -338,6 +347,9 @@ std::string intercept_failure(Session & s) {
     if (fallbacks > 0)
         return std::to_string(fallbacks) + " worker parts were computed on this host after worker errors (layers " + layers +
                "): the run was not distributed as configured";
+    if (s.ev.plans_made == 0 && s.ev.regions_other_model > 0)
+        return "no MoE layer of the distributed model was seen, only " + std::to_string(s.ev.regions_other_model) +
+               " regions of other models (" + s.ev.other_models.begin()->second.reason + "; config `model` names the distributed one)";
     if (s.ev.plans_made == 0)
         return "no MoE layer was found in any graph (is this a MoE model? moezip recognises build_moe_ffn's ffn_moe_* nodes)";
     if (s.ev.regions_handled == 0) return "no MoE region was handled";
@@ -424,6 +436,14 @@ bool graph_has_moe(const ggml_cgraph * gf) {
     return false;
 }
 
+// The path /proc/self/fd/<fd> links to ("... (deleted)" for a removed file; "" when unreadable).
+std::string fd_link_path(int fd) {
+    char link[64], buf[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, (size_t) n) : std::string();
+}
+
 } // namespace
 
 ggml_status session_graph_compute(ggml_cgraph * gf, ggml_cplan * cplan, const void * caller, const void * self_fn) {
@@ -504,6 +524,7 @@ thread_local bool t_in_release = false;
 
 void session_memory_released(const void * base, size_t size, const char * why) {
     Session & s = S();
+    s.model_files.released(base, size);  // a model's weight buffer: its file mapping goes next
     if (t_in_release || s.state != State::active || !s.runner || getpid() != s.pid) return;
     FlagScope guard(t_in_release);
     s.runner->weights_released(base, size, why);
@@ -539,6 +560,8 @@ bool session_map_model_lazily(int fd) {
             read_config_locked(s);
             accepted = s.config_ok && config_why_experts_resident(s.cfg).empty() && engine_accepted_locked(s);
         }
+        // another model than the distributed one (a draft model) is computed whole here: all of it resident
+        if (accepted) accepted = s.model_files.would_distribute(fd_link_path(fd), s.model_identity);
         if (accepted) {
             char magic[4] = {0, 0, 0, 0};
             lazy = pread(fd, magic, sizeof magic, 0) == (ssize_t) sizeof magic && memcmp(magic, "GGUF", 4) == 0;
@@ -548,6 +571,24 @@ bool session_map_model_lazily(int fd) {
     }
     t_in_map_check = false;
     return lazy;
+}
+
+void session_note_file_map(const void * addr, size_t len, int fd) {
+    if (t_in_map_check || fd < 0) return;
+    FlagScope guard(t_in_map_check);
+    try {
+        // recorded whenever a config is named, without reading it here: a mapping made before the
+        // config is read (or in a program whose config turns out bad) still names its file
+        const char * config = getenv("MOEZIP_CONFIG");
+        if (config == nullptr || *config == 0) return;
+        Session & s = S();
+        char magic[4] = {0, 0, 0, 0};
+        if (pread(fd, magic, sizeof magic, 0) != (ssize_t) sizeof magic || memcmp(magic, "GGUF", 4) != 0) return;
+        const std::string path = fd_link_path(fd);
+        s.model_files.mapped(addr, len, path);
+        LOG_DEBUG("model file %s mapped (%.1f MiB)", path.c_str(), len / 1048576.0);
+    } catch (...) {
+    }
 }
 
 void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {

@@ -28,10 +28,16 @@ void session_count_sched_graph();
 
 /// true when a read-only mapping of `fd` asked with MAP_POPULATE should be made without it: the
 /// config is valid, mode = "experts" with experts.release_unowned, and fd is a GGUF file (magic
-/// "GGUF"). Then the engine's load (llama-mmap.cpp: MAP_SHARED | MAP_POPULATE) does not make every
+/// "GGUF") of the distributed model (config `model`, else no other model file is mapped now).
+/// Then the engine's load (llama-mmap.cpp: MAP_SHARED | MAP_POPULATE) does not make every
 /// expert resident here; pages come in on first use, and the experts workers serve never do.
 /// Never throws; false when called again from inside itself (config reading).
 bool session_map_model_lazily(int fd);
+
+/// After a read-only mapping of `fd` (any flags): when fd is a GGUF file (magic "GGUF") and
+/// MOEZIP_CONFIG is set, records [addr, addr + len) as that file's mapping, so a layer's weights
+/// tell which model they belong to (coordinator/memory/model_files.h). Never throws.
+void session_note_file_map(const void * addr, size_t len, int fd);
 
 /// After a mapping that session_map_model_lazily made without MAP_POPULATE: makes resident now
 /// (MADV_POPULATE_READ) every page this host will read, i.e. all but whole pages of the experts

@@ -50,6 +50,31 @@ void GraphRunner::forget_plans(const std::vector<uint64_t> & plans) {
     if (!shut_down_) handler_->forget_plans(plans);
 }
 
+namespace {
+
+// The address of a region's expert weights (the first expert tensor it has), nullptr when none.
+const void * expert_weights_of(const MoeRegion & r) {
+    for (const ggml_tensor * t : {r.gate_exps, r.up_exps, r.down_exps})
+        if (t != nullptr && t->data != nullptr) return t->data;
+    return nullptr;
+}
+
+} // namespace
+
+bool GraphRunner::other_model_locked(const MoeRegion & r) {
+    const void * weights = expert_weights_of(r);
+    if (opt_.model_files == nullptr || weights == nullptr) return false;
+    const ModelVerdict v = opt_.model_files->verdict(weights, opt_.model_identity);
+    if (v.distributed) return false;
+    OtherModel & m = ev_.other_models[v.path];
+    if (m.regions == 0) LOG_INFO("layer %d: %s: the engine computes its MoE layers, no worker is asked", r.il, v.reason.c_str());
+    m.reason = v.reason;
+    ++m.regions;
+    m.layers.insert(r.il);
+    ++ev_.regions_other_model;
+    return true;
+}
+
 bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<bool> & handle) {
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
     handle.assign(regions.size(), false);
@@ -59,6 +84,7 @@ bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<
         std::lock_guard<std::mutex> lock(mu_);
         for (size_t i = 0; i < regions.size(); ++i) {
             MoeRegion & r = regions[i];
+            if (other_model_locked(r)) continue;  // another model's weights: no plan, no worker, handle[i] stays false
             ProviderEntry now = provider_entry_make(r, variant_, api_.ggml_type_name, buft);
             auto it = ev_.provider_map.end();
             for (auto p = ev_.provider_map.begin(); p != ev_.provider_map.end(); ++p)

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "coordinator/evidence/evidence.h"
+#include "coordinator/memory/model_files.h"
 #include "coordinator/modes/region_handler.h"
 #include "provider_map/engine_api.h"
 
@@ -33,6 +34,12 @@ struct RunnerOptions {
     /// mismatch, a worker part computed here) fails the compute, so the request that needed it
     /// fails visibly instead of being answered by an undistributed run.
     bool require_intercept = false;
+    /// The model files mapped in the process; regions whose weights lie in another model's file than
+    /// the distributed one are left to the engine and counted in Evidence::other_models. nullptr:
+    /// every region is this run's model (tests, tools).
+    const ModelFiles * model_files = nullptr;
+    /// model_file_identity of the config's `model`; "" = the oldest model file mapped.
+    std::string model_identity;
 };
 
 class GraphRunner {
@@ -83,6 +90,9 @@ private:
     /// Checks each region against its plan (making one for weights seen the first time); sets
     /// r.plan_id. Returns false when the compute must fail (mismatch + abort, or require_intercept).
     bool check_providers(std::vector<MoeRegion> & regions, std::vector<bool> & handle);
+    /// True when r's weights lie in another model's file than the distributed one (caller holds
+    /// mu_): counted in ev_.other_models, logged once per file.
+    bool other_model_locked(const MoeRegion & r);
     /// Retires plan `it` (caller holds mu_) and returns its id.
     uint64_t retire_locked(std::map<uint64_t, ProviderEntry>::iterator it, const std::string & why);
     void note_epoch_locked(const std::string & why, const std::vector<uint64_t> & plans);

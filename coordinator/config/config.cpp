@@ -257,7 +257,7 @@ struct Reader {
     void read_top(const toml::table & root) {
         check_known(root, "", {"mode", "report", "report_flush_ms", "trace", "trace_max_events", "require_intercept", "on_mismatch", "strict",
                                "no_repack", "threads", "log", "rows", "experts", "shard", "dispatch", "worker",
-                               "worker_server", "verify_every", "numerics"});
+                               "worker_server", "verify_every", "numerics", "model"});
         read_choice(root, "", "mode", {"observe", "local", "rows", "experts", "shard"}, cfg.mode);
         std::string report;
         int line = read_string(root, "", "report", report);
@@ -276,6 +276,10 @@ struct Reader {
         read_int(root, "", "threads", 0, 256, cfg.threads);
         read_choice(root, "", "log", {"error", "warn", "info", "debug"}, cfg.log);
         read_choice(root, "", "numerics", {"exact", "approximate"}, cfg.numerics);
+        std::string model;
+        line = read_string(root, "", "model", model);
+        if (line > 0 && model.empty()) issues.push_back({line, "model: expected a non-empty path to a GGUF file, got \"\""});
+        else if (line > 0) cfg.model = model;
         read_top_security(root);
     }
 

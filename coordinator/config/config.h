@@ -157,6 +157,12 @@ struct Config {
     /// "approximate": accept workers whose CPU variant or kernel build-id differs (not bit-exact;
     /// needs dispatch.verify_every, results compared within verify_max_abs / verify_min_cosine); default exact
     NumericsPolicy numerics = NumericsPolicy::exact;
+    /// The GGUF file whose MoE layers are distributed (a path, relative to the host's working
+    /// directory; compared by realpath, a split model by any of its parts). Any other model the
+    /// process loads (a draft model, a second model) runs in the engine alone, named in the report
+    /// and not counted against require_intercept (coordinator/memory/model_files.h). Default "" =
+    /// the oldest model file the process has mapped.
+    std::string model;
 
     RowsConfig rows;
     ExpertsConfig experts;
@@ -194,6 +200,10 @@ uint64_t config_digest(const Config & cfg);
 /// and that no owner names an expert >= n_expert. Errors (invalid_argument) name the first unowned
 /// expert, or the owner and the out-of-range expert, with file and line. ok in other modes.
 Status config_check_expert_coverage(const Config & cfg, int n_expert);
+
+/// The config's `model` file: exists, is a regular file, starts with the GGUF magic. Errors
+/// (invalid_argument) read "FILE:LINE: model: ..." with the reason. ok when `model` is not set.
+Status config_check_model_file(const Config & cfg);
 
 /// The report path with every "%p" replaced by `pid`.
 std::string config_report_path(const Config & cfg, int pid);

@@ -148,6 +148,7 @@ std::string config_describe(const Config & c) {
     l.add("threads", c.threads);
     l.add_str("log", config_log_name(c.log));
     l.add_str("numerics", c.numerics == NumericsPolicy::approximate ? "approximate" : "exact");
+    l.add_str("model", c.model);
     describe_sections(c, l);
     describe_workers(c, l);
     return l.text;

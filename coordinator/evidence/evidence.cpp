@@ -111,12 +111,17 @@ nlohmann::json evidence_to_json(const Evidence & ev, bool complete) {
                                                       : json(nullptr)}});
     }
     j["layers"] = layers;
+    json others = json::array();
+    for (const auto & kv : ev.other_models)
+        others.push_back({{"path", kv.first}, {"reason", kv.second.reason}, {"regions", kv.second.regions}, {"layers", kv.second.layers}});
+    j["other_models"] = others;
     json routing = json::array();
     for (const auto & kv : ev.routing)
         routing.push_back({{"il", kv.first}, {"prefill", kv.second.prefill}, {"decode", kv.second.decode}});  // [n_expert] each
     j["routing"] = routing;
     j["checks"] = {{"identity_passed", ev.identity_passed}, {"identity_failed", ev.identity_failed},
-                   {"regions_handled", ev.regions_handled}, {"regions_passthrough", ev.regions_passthrough}};
+                   {"regions_handled", ev.regions_handled}, {"regions_passthrough", ev.regions_passthrough},
+                   {"regions_other_model", ev.regions_other_model}};
     j["graphs"] = {{"cpu_computes", ev.graphs}, {"with_moe", ev.moe_graphs}, {"scheduled", ev.sched_graphs}};
     json lg = json::array();
     auto list = [&lg](const LogitsRecord & r) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,15 @@ struct LogitsStream {
     bool ended = false;   ///< its scheduler was freed (the context is gone)
 };
 
+/// The MoE regions of a model other than the distributed one (config `model`; a draft model, a
+/// second model in the process): the engine computes them, no worker sees them, and they are not
+/// counted against require_intercept nor in `layers` (their layer numbers are another model's).
+struct OtherModel {
+    std::string reason;      ///< "not the distributed model (<path>)"
+    uint64_t regions = 0;    ///< regions computed by the engine alone
+    std::set<int> layers;    ///< their layer numbers (il) in that model
+};
+
 /// A model epoch boundary: plans retired because the engine freed (or changed) their weights.
 struct EpochEvent {
     uint64_t graph = 0;   ///< CPU graph computes seen before the event
@@ -99,6 +109,8 @@ struct Evidence {
     std::vector<EpochEvent> epochs;                  ///< model epoch boundaries (first 64 kept)
     uint64_t epochs_total = 0;
     std::map<int, LayerCounters> layers;
+    std::map<std::string, OtherModel> other_models;  ///< by the path of the file holding the weights
+    uint64_t regions_other_model = 0;                ///< regions of other models, all files together
     std::map<int, RoutingCounts> routing;  ///< by layer, over the regions moezip handled
     /// Counts the experts region rows chose (ids [n_used_ids, n_tokens] i32 read through nb, the
     /// first n_used slots of each row) as prefill or decode. Ids outside [0, n_expert) are not counted.

@@ -33,6 +33,7 @@ const BadCase bad_cases[] = {
     {"timeout_negative.toml", "13", "worker[1].timeout_ms", "expected integer 1..600000, got -5"},
     {"wrong_type.toml", "2", "report_flush_ms", "expected integer 0..3600000, got string \"1000\""},
     {"trace_empty_path.toml", "2", "trace", "expected a non-empty path, got \"\""},
+    {"model_empty_path.toml", "2", "model", "expected a non-empty path to a GGUF file, got \"\""},
     {"trace_max_events_zero.toml", "4", "trace_max_events", "expected integer 1..10000000, got 0"},
     {"float_for_integer.toml", "2", "dispatch.connect_timeout_ms", "got float 5000.0"},
     {"min_rows_zero.toml", "3", "rows.min_rows", "expected integer 1..1000000, got 0"},

@@ -4,6 +4,9 @@
 //
 //   moezip-test-host swap   -m A.gguf -m B.gguf [-m ...] [--no-mmap] [-n N] [--fixture K] --json OUT
 //       load a model, generate, free context and model, load the next (a server swapping models)
+//   moezip-test-host two    -m A.gguf -m B.gguf [--no-mmap] [-n N] [--fixture K] --json OUT
+//       load both models and a context on each (a server with a draft model), then generate on A,
+//       on B and on A again while both stay loaded
 //   moezip-test-host warmup -m A.gguf [-n N] [--fixture K] --json OUT
 //       llama_set_warmup(ctx, true) + one decode (every expert routed, as llama-cli and llama-server
 //       warm up), memory cleared, llama_set_warmup(false), then generate
@@ -158,6 +161,20 @@ int scenario_swap(const Args & a) {
         if (st) st = generate_into(l.ctx, a, a.models[i], 0);
         if (!st) return fail("model " + std::to_string(i) + " " + a.models[i], st);
     }  // context and model freed here, before the next one is loaded
+    return 0;
+}
+
+int scenario_two(const Args & a) {
+    if (a.models.size() != 2) return fail("two", Status::invalid_argument("needs exactly two -m models"));
+    Loaded first, second;
+    Status st = load(a, a.models[0], first);
+    if (st) st = load(a, a.models[1], second);
+    if (!st) return fail("load", st);
+    const std::pair<llama_context *, size_t> order[] = {{first.ctx, 0}, {second.ctx, 1}, {first.ctx, 0}};
+    for (const auto & o : order) {
+        st = generate_into(o.first, a, a.models[o.second], (int) o.second);
+        if (!st) return fail("model " + std::to_string(o.second) + " " + a.models[o.second], st);
+    }
     return 0;
 }
 
@@ -372,10 +389,10 @@ int main(int argc, char ** argv) {
     report_fatal_signals();
     Args a;
     CLI::App app{"moezip-test-host: engine scenarios of servers and bindings, for moezip's tests"};
-    app.add_option("scenario", a.scenario, "swap, warmup, parallel, signals, exit-mid-decode, pause, serve, deleted or until-stop")
+    app.add_option("scenario", a.scenario, "swap, two, warmup, parallel, signals, exit-mid-decode, pause, serve, deleted or until-stop")
         ->required()
-        ->check(CLI::IsMember({"swap", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted", "until-stop"}));
-    app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order)")->required();
+        ->check(CLI::IsMember({"swap", "two", "warmup", "parallel", "signals", "exit-mid-decode", "pause", "serve", "deleted", "until-stop"}));
+    app.add_option("-m,--model", a.models, "GGUF model (swap: several, in order; two: two)")->required();
     app.add_flag("--no-mmap", a.no_mmap, "read models into memory instead of mapping them");
     app.add_option("-n", a.n_predict, "tokens to generate per run")->check(CLI::Range(1, 100000));
     app.add_option("--fixture", a.n_fixture, "prompt: this many fixture token ids (seed 1)")->check(CLI::Range(1, 4096));
@@ -403,6 +420,7 @@ int main(int argc, char ** argv) {
     if (!st) return fail("backends", st);
     int rc = 2;
     if (a.scenario == "swap") rc = scenario_swap(a);
+    else if (a.scenario == "two") rc = scenario_two(a);
     else if (a.scenario == "warmup") rc = scenario_warmup(a);
     else if (a.scenario == "parallel") rc = scenario_parallel(a);
     else if (a.scenario == "signals") rc = scenario_signals(a);

@@ -3,8 +3,10 @@
 # worker on loopback TCP, the coordinator pinned to core 0 and the worker to core 1 (one thread each),
 # on an a3b-shaped fixture (n_embd 2048, n_ff 768, top-8; 32 experts and 2 layers to keep it small).
 # Variants: plain, curve (keys), verify10 (verify_every = 10), verify1 (verify_every = 1). Each
-# repetition runs every variant once, the order reversed on every other repetition; the medians and
-# their ratios to plain are printed. Usage: tools/bench/security-costs.sh [REPS] (default 5).
+# repetition runs every variant once, the order reversed on every other repetition; the medians, their
+# ratios to plain, and the median of the paired per-repetition ratios (variant / plain of the same
+# repetition) with its bootstrap 95% interval are printed. Usage: tools/bench/security-costs.sh [REPS]
+# (default 5); COST_VARIANTS="plain verify1" runs a subset (plain is always run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -55,28 +57,36 @@ TOML
     kill "$WPID"; wait "$WPID" 2>/dev/null || true; WPID=""
 }
 
-VARIANTS=(plain curve verify10 verify1)
+read -r -a VARIANTS <<< "${COST_VARIANTS:-plain curve verify10 verify1}"
+[[ " ${VARIANTS[*]} " == *" plain "* ]] || VARIANTS=(plain "${VARIANTS[@]}")
 for r in $(seq "$REPS"); do
     order=("${VARIANTS[@]}")
-    if [ $((r % 2)) = 0 ]; then order=(verify1 verify10 curve plain); fi
+    if [ $((r % 2)) = 0 ]; then order=(); for ((i = ${#VARIANTS[@]} - 1; i >= 0; --i)); do order+=("${VARIANTS[i]}"); done; fi
     for v in "${order[@]}"; do run "$v" "$r"; done
 done
-node - "$OUT" "$REPS" <<'JS'
+node - "$OUT" "$REPS" "${VARIANTS[@]}" <<'JS'
 const fs = require("fs");
-const [out, reps] = [process.argv[2], +process.argv[3]];
+const { bootstrap_ci, median } = require(process.cwd() + "/tools/bench/stats.js");
+const [out, reps, ...variants] = [process.argv[2], +process.argv[3], ...process.argv.slice(4)];
 const med = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
 const m = {};
-for (const v of ["plain", "curve", "verify10", "verify1"]) {
+for (const v of variants) {
     const p = [], d = [];
     for (let r = 1; r <= reps; ++r) {
         const j = JSON.parse(fs.readFileSync(`${out}/${v}-${r}.json`));
         p.push(j.prefill.ms); d.push(j.decode.ms / j.decode.tokens);
     }
-    m[v] = { prefill: med(p), decode: med(d), logits: JSON.parse(fs.readFileSync(`${out}/${v}-1.json`)).logits_xxh3.join() };
+    m[v] = { p, d, prefill: med(p), decode: med(d), logits: JSON.parse(fs.readFileSync(`${out}/${v}-1.json`)).logits_xxh3.join() };
 }
-console.log("| variant | prefill 256 tokens ms (median) | ratio | decode ms/token (median) | ratio | logits = plain |");
+// variant / plain of the same repetition: the pair shares the host's load at that moment
+const paired = (v, k) => {
+    const r = m[v][k].map((x, i) => x / m.plain[k][i]);
+    const ci = bootstrap_ci(r, median);
+    return ci ? `${ci.point.toFixed(3)} [${ci.lo.toFixed(3)}, ${ci.hi.toFixed(3)}]` : `${median(r).toFixed(3)} (one pair)`;
+};
+console.log("| variant | prefill 256 tokens ms (median) | paired ratio [95% CI] | decode ms/token (median) | paired ratio [95% CI] | logits = plain |");
 console.log("|---|---|---|---|---|---|");
 for (const v of Object.keys(m))
-    console.log(`| ${v} | ${m[v].prefill.toFixed(0)} | ${(m[v].prefill / m.plain.prefill).toFixed(3)} | ${m[v].decode.toFixed(2)} | ` +
-                `${(m[v].decode / m.plain.decode).toFixed(3)} | ${m[v].logits === m.plain.logits ? "yes" : "NO"} |`);
+    console.log(`| ${v} | ${m[v].prefill.toFixed(0)} | ${paired(v, "p")} | ${m[v].decode.toFixed(2)} | ` +
+                `${paired(v, "d")} | ${m[v].logits === m.plain.logits ? "yes" : "NO"} |`);
 JS

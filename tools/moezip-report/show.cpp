@@ -133,6 +133,11 @@ std::string show_report(const Document & d) {
         s += "checks: identity passed " + field(c, "identity_passed") + ", failed " + field(c, "identity_failed") +
              "; regions handled " + field(c, "regions_handled") + ", passthrough " + field(c, "regions_passthrough") + "\n";
     }
+    if (j.contains("other_models") && j["other_models"].is_array())
+        for (const json & o : j["other_models"])
+            if (o.is_object())
+                s += "other model: " + o.value("reason", std::string("?")) + ": " + field(o, "regions") +
+                     " MoE regions computed by the engine alone, not counted by require_intercept\n";
     if (j.contains("workers") && j["workers"].is_array() && !j["workers"].empty()) s += workers_section(j["workers"]);
     if (j.contains("memory") && j["memory"].is_object()) s += memory_section(j["memory"]);
     if (j.contains("errors") && j["errors"].is_object()) {
