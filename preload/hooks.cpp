@@ -4,7 +4,8 @@
 // Interposed entry points (all reached through the PLT of the engine's libraries, see
 // docs/internals/interception.md):
 //   ggml_graph_compute                       CPU variant's graph_compute -> here: MoE regions
-//   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran
+//   ggml_backend_sched_graph_compute_async   libllama -> here: counts graphs the engine ran, and where
+//                                             each MoE layer's experts ran (hybrid runs)
 //   ggml_backend_reg_get_proc_address        libllama -> here: no_repack hides the extra buffer types
 //   ggml_backend_sched_free                  libllama -> here: a context's logits stream ends
 //   ggml_backend_buffer_free                 libllama, libggml-base -> here: freed weights end their plans
@@ -46,6 +47,10 @@ MOEZIP_EXPORT enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backe
     const void * prev = moezip::session_sched_enter(sched);  // the CPU graph computes run on this thread, inside
     enum ggml_status st = real(sched, graph);
     moezip::session_sched_leave(prev);
+    try {
+        st = moezip::session_sched_computed(sched, graph, st);  // where the experts ran (hybrid runs)
+    } catch (...) {
+    }
     return st;
 }
 

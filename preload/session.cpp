@@ -14,6 +14,7 @@
 #include "provider_map/engine_api.h"
 #include "preload/engine_locate.h"
 #include "preload/hook_bindings.h"
+#include "preload/hybrid_watch.h"
 #include "preload/model_map_populate.h"
 #include "coordinator/wire/transport.h"
 
@@ -310,6 +311,8 @@ void write_report(Session & s, bool complete) {
         if (!s.model_populate_error.empty()) mem["model_populate_error"] = s.model_populate_error;
     }
     j["memory"] = mem;
+    nlohmann::json hybrid = hybrid_json();
+    if (!hybrid.is_null()) j["hybrid"] = hybrid;
     j["state"] = s.state == State::active ? "active" : "passthrough";
     if (!s.why_passthrough.empty()) j["passthrough_reason"] = s.why_passthrough;
     if (!complete && !s.flush_gate.changed(j)) return;  // the same report again: not rewritten (callers hold flush_mu)
@@ -347,6 +350,8 @@ std::string intercept_failure(Session & s) {
     if (fallbacks > 0)
         return std::to_string(fallbacks) + " worker parts were computed on this host after worker errors (layers " + layers +
                "): the run was not distributed as configured";
+    const std::string offloaded = hybrid_failure(s.cfg);
+    if (!offloaded.empty()) return offloaded;
     if (s.ev.plans_made == 0 && s.ev.regions_other_model > 0)
         return "no MoE layer of the distributed model was seen, only " + std::to_string(s.ev.regions_other_model) +
                " regions of other models (" + s.ev.other_models.begin()->second.reason + "; config `model` names the distributed one)";
@@ -513,6 +518,21 @@ const void * session_sched_enter(const void * sched) {
 
 void session_sched_leave(const void * prev) { t_sched = prev; }
 
+ggml_status session_sched_computed(ggml_backend_sched_t sched, ggml_cgraph * graph, ggml_status st) {
+    Session & s = S();
+    if (s.state != State::active || getpid() != s.pid || t_in_hook) return st;
+    const std::string why = hybrid_after_sched(sched, graph, s.cfg);
+    if (why.empty()) return st;
+    {
+        std::lock_guard<std::mutex> lock(s.ev_mu);
+        s.ev.add_error(why);
+    }
+    LOG_CAPPED(LogLevel::error, "%s", why.c_str());
+    if (!s.cfg.require_intercept || st != GGML_STATUS_SUCCESS) return st;
+    LOG_CAPPED(LogLevel::error, "require_intercept: failing this compute (experts computed on an accelerator, not distributed)");
+    return GGML_STATUS_FAILED;
+}
+
 void session_sched_freed(const void * sched) {
     Session & s = S();
     if (s.state != State::active) return;
@@ -615,6 +635,7 @@ void session_note_lazy_map(void * addr, size_t len, int fd, long offset) {
 void session_preload_loaded() {
     const char * path = getenv("MOEZIP_CONFIG");
     if (path == nullptr || *path == 0) return;
+    hybrid_op_offload_default(path);  // before any accelerator backend reads it
     Session & s = S();
     std::lock_guard<std::mutex> lock(s.init_mu);
     if (s.pid == 0) s.pid = getpid();

@@ -54,6 +54,10 @@ void * session_base_symbol(const char * name);
 /// recorded per scheduler: one stream per context). Returns the previous one for session_sched_leave.
 const void * session_sched_enter(const void * sched);
 void session_sched_leave(const void * prev);
+/// After the engine's scheduler computed `graph` with status `st`: where each MoE layer's experts ran
+/// (preload/hybrid_watch.h). Returns st, or GGML_STATUS_FAILED when require_intercept is set and a
+/// layer's experts were computed on an accelerator in experts mode (op offload).
+ggml_status session_sched_computed(ggml_backend_sched_t sched, ggml_cgraph * graph, ggml_status st);
 /// The scheduler is freed (its context is gone): its logits stream ends.
 void session_sched_freed(const void * sched);
 

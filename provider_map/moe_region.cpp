@@ -151,7 +151,6 @@ bool weight_ok(const ggml_tensor * w, const BufferTypeNameFn & buft_name, bool &
     return true;
 }
 
-// Matches one layer's nodes against the pattern; fills r (members: every region node).
 // Dense f32 layout (this file calls no ggml function: the preload binds ggml only at run time).
 bool is_dense_f32(const ggml_tensor * t) {
     return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->nb[1] == t->nb[0] * t->ne[0] &&
@@ -178,6 +177,26 @@ std::string expert_matmul(const LayerNodes & ln, ggml_tensor * mm, const char * 
     return "";
 }
 
+// The layer's named nodes, for reasons: "ffn_moe_up, ffn_moe_gate, ...".
+std::string found_nodes(const LayerNodes & ln) {
+    std::string s;
+    for (const auto & kv : ln.named) s += (s.empty() ? "ffn_moe_" : ", ffn_moe_") + kv.first;
+    return s;
+}
+
+// Which nodes the layer lacks for the form it has: the whole region (ffn_moe_out present) needs
+// ffn_moe_weighted too; the split form (no ffn_moe_out: the sum is in another backend's graph)
+// needs only the expert FFN. "" when complete.
+std::string missing_nodes(const LayerNodes & ln) {
+    std::string missing;
+    std::vector<const char *> need = {"up", "gate", "down"};
+    if (ln.get("out")) need.push_back("weighted");
+    for (const char * v : need)
+        if (!ln.get(v)) missing += std::string(missing.empty() ? "" : ", ") + "ffn_moe_" + v;
+    return missing;
+}
+
+// Matches one layer's nodes against the pattern; fills r (members: every region node).
 bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *> & members,
                  const BufferTypeNameFn & buft_name) {
     std::string & why = r.reason;
@@ -189,10 +208,14 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     ggml_tensor * down = ln.get("down");
     ggml_tensor * gate = ln.get("gate");
     ggml_tensor * up = ln.get("up");
-    std::string missing;
-    for (const char * v : {"up", "gate", "down", "weighted", "out"})
-        if (!ln.get(v)) missing += std::string(missing.empty() ? "" : ", ") + "ffn_moe_" + v;
-    if (!missing.empty()) { why = "incomplete pattern: no node " + missing + " in this layer"; return false; }
+    const std::string missing = missing_nodes(ln);
+    if (!missing.empty()) {
+        why = "incomplete pattern: no node " + missing + " in this layer (found " + found_nodes(ln) + ")";
+        return false;
+    }
+    // No ffn_moe_out: a scheduler split that holds the expert FFN and leaves the slot sum (and maybe
+    // the weighting) to another backend (moe_region.h, "The split form").
+    r.slot_out = out == nullptr;
     ggml_tensor * ids = down->src[2];
     if (down->op != GGML_OP_MUL_MAT_ID || ids == nullptr || ids->type != GGML_TYPE_I32) { why = "ffn_moe_down is not MUL_MAT_ID with i32 ids"; return false; }
     r.n_used_ids = ids->ne[0];
@@ -201,7 +224,7 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     // or, in llama4, their input (ffn_moe_weighted = MUL(REPEAT(input), weights), build_moe_ffn's
     // weight_before_ffn).
     ggml_tensor * hidden = nullptr, * ffn_in = nullptr, * repeat = nullptr;
-    if (weighted->op == GGML_OP_MUL && weighted->src[0] != nullptr && weighted->src[0]->op == GGML_OP_REPEAT) {
+    if (weighted != nullptr && weighted->op == GGML_OP_MUL && weighted->src[0] != nullptr && weighted->src[0]->op == GGML_OP_REPEAT) {
         r.weight_before = true;
         repeat = weighted->src[0];
         hidden = repeat->src[0];
@@ -215,6 +238,12 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         ffn_in = hidden;
     }
     if (hidden == nullptr) { why = "no input to the expert FFN"; return false; }
+    if (r.slot_out && !r.weight_before && hidden->ne[1] != 1) {
+        // llama4's weighted input computed in another backend's graph: one input row per slot
+        why = std::string("split form: the experts' input ") + hidden->name + " has " + std::to_string(hidden->ne[1]) +
+              " rows per token (weighted per slot elsewhere, as llama4's weight-before-FFN), not one; found " + found_nodes(ln);
+        return false;
+    }
     r.n_embd = hidden->ne[0];
     r.n_ff = gate->ne[0];
     ggml_tensor * gate_out = nullptr, * up_out = nullptr, * down_out = nullptr;
@@ -238,8 +267,8 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
     }
     std::string w = expert_matmul(ln, down, "down_biased", act, ids, r.n_embd, &down_out, &r.down_b);
     if (!w.empty()) { why = w; return false; }
-    ggml_tensor * summed = down_out;  // what the slot views read
-    if (!r.weight_before) {
+    ggml_tensor * summed = down_out;  // what the slot views read (the split form: its output)
+    if (!r.weight_before && weighted != nullptr) {
         if (weighted->op != GGML_OP_MUL || weighted->src[0] != down_out) {
             why = std::string("ffn_moe_weighted is not MUL(") + down_out->name + ", weights)";
             return false;
@@ -252,17 +281,21 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
                   "ggml_mul_mat_id would not";
             return false;
         }
-    ggml_tensor * weights = weighted->src[1];
-    r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = out;
+    ggml_tensor * weights = weighted != nullptr ? weighted->src[1] : nullptr;
+    r.hidden = hidden; r.ids = ids; r.weights = weights; r.out = r.slot_out ? summed : out;
     r.gate_exps = gate->src[0]; r.up_exps = up->src[0]; r.down_exps = down->src[0];
     r.n_expert = r.gate_exps->ne[2];
     if (hidden->type != GGML_TYPE_F32 || hidden->ne[1] != 1 || hidden->ne[2] != r.n_tokens) { why = "input is not f32 [n_embd, 1, n_tokens]"; return false; }
-    if (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used_ids || weights->ne[2] != r.n_tokens) {
+    if (weights != nullptr && (weights->type != GGML_TYPE_F32 || weights->ne[0] != 1 || weights->ne[1] != r.n_used_ids || weights->ne[2] != r.n_tokens)) {
         why = "routing weights are not f32 [1, n_used, n_tokens]";
         return false;
     }
-    if (!is_dense_f32(out) || out->ne[0] != r.n_embd || out->ne[1] != r.n_tokens) {
+    if (!r.slot_out && (!is_dense_f32(out) || out->ne[0] != r.n_embd || out->ne[1] != r.n_tokens)) {
         why = "ffn_moe_out is not contiguous f32 [n_embd, n_tokens]";
+        return false;
+    }
+    if (r.slot_out && (!is_dense_f32(r.out) || r.out->ne[0] != r.n_embd || r.out->ne[1] != r.n_used_ids || r.out->ne[2] != r.n_tokens)) {
+        why = std::string("split form: the output ") + r.out->name + " is not contiguous f32 [n_embd, n_used, n_tokens]";
         return false;
     }
     if (r.down_exps->ne[0] != r.n_ff || r.down_exps->ne[1] != r.n_embd || r.up_exps->ne[1] != r.n_ff) { why = "expert weight shapes disagree"; return false; }
@@ -274,13 +307,19 @@ bool match_layer(const LayerNodes & ln, MoeRegion & r, std::vector<ggml_tensor *
         if (!weight_ok(exps[i], buft_name, repacked[i], why)) return false;
     r.repacked = repacked[0] || repacked[1] || repacked[2];
     r.up = up_out; r.gate = gate_out; r.act = act; r.down = down_out; r.weighted = summed;
-    members = {up, gate, act, down, weighted};
+    members = {up, gate, act, down};
+    if (weighted != nullptr) members.push_back(weighted);
     for (ggml_tensor * t : {up_out, gate_out, down_out, repeat})
         if (t != nullptr && t != up && t != gate && t != down) members.push_back(t);
-    if (!collect_sum(out, summed, r.n_used_ids, members, r.n_used, why)) return false;
+    if (r.slot_out) {
+        r.n_used = r.n_used_ids;  // every routed slot: the sum that picks from them is not in this graph
+    } else if (!collect_sum(out, summed, r.n_used_ids, members, r.n_used, why)) {
+        return false;
+    }
     std::string p = r.weight_before ? "weight_in," : "";
     p += std::string("up") + (r.up_b ? ",up_bias" : "") + ",gate" + (r.gate_b ? ",gate_bias" : "") + "," + glu_name(r.glu_op) +
-         ",down" + (r.down_b ? ",down_bias" : "") + (r.weight_before ? "" : ",weighted") + ",sum" + std::to_string(r.n_used);
+         ",down" + (r.down_b ? ",down_bias" : "") + (r.weight_before || weighted == nullptr ? "" : ",weighted") +
+         (r.slot_out ? ",slots" : ",sum") + std::to_string(r.n_used);
     if (r.n_used != r.n_used_ids) p += "of" + std::to_string(r.n_used_ids);
     r.pattern = p;
     return true;

@@ -27,6 +27,18 @@
 // the region reading its intermediates ...) is reported with the reason and left to the engine.
 // Expert weights may be in GGUF layout or repacked by the CPU backend (CPU_REPACK): moezip computes
 // with the engine's tensors, buffer and kernel traits included, so the repack kernels run.
+//
+// The split form (a hybrid run: --cpu-moe, --n-cpu-moe N, -ot exps=CPU). When the routed experts'
+// weights live in CPU memory and the rest of the layer on an accelerator, ggml's scheduler
+// (ggml/src/ggml-backend.cpp, ggml_backend_sched_split_graph) gives the CPU backend a graph of its
+// own per layer: its inputs are copies of the FFN input (ffn_norm-<il>, reshaped) and of the ids
+// (ffn_moe_topk-<il>), and its nodes end at the per-slot output
+//   ffn_moe_down [n_embd, n_used, n_tokens]    (after ffn_moe_down_biased for gpt-oss)
+// which the next split (on the accelerator) weights and sums. Where the weighting also landed on the
+// CPU, the output is ffn_moe_weighted [n_embd, n_used, n_tokens] and only the sum is elsewhere; llama4
+// (weights before the FFN) then has REPEAT + ffn_moe_weighted as the input side. Such a region has no
+// ffn_moe_out: MoeRegion::slot_out is set, `out` is the per-slot tensor, and every routed slot is
+// computed (n_used = n_used_ids: the sum that would pick fewer, in a warmup graph, is not here).
 #pragma once
 
 #include "ggml.h"
@@ -44,8 +56,12 @@ struct MoeRegion {
     int last_node = -1;                  ///< index of ffn_moe_out
     ggml_tensor * hidden = nullptr;      ///< [n_embd, 1, n_tokens] f32: input of the expert FFN
     ggml_tensor * ids = nullptr;         ///< [n_used_ids, n_tokens] i32: selected experts (ffn_moe_topk)
-    ggml_tensor * weights = nullptr;     ///< [1, n_used_ids, n_tokens] f32: routing weights per slot
-    ggml_tensor * out = nullptr;         ///< [n_embd, n_tokens] f32: ffn_moe_out
+    /// [1, n_used_ids, n_tokens] f32: routing weights per slot; null in the split form that ends at
+    /// ffn_moe_down (the weighting is not in this graph: the slots are computed unweighted).
+    ggml_tensor * weights = nullptr;
+    /// [n_embd, n_tokens] f32: ffn_moe_out; with slot_out the per-slot output [n_embd, n_used_ids,
+    /// n_tokens] f32 (ffn_moe_down, its biased node, or ffn_moe_weighted) that another split sums.
+    ggml_tensor * out = nullptr;
     ggml_tensor * gate_exps = nullptr;   ///< [n_embd, n_ff, n_expert]
     ggml_tensor * up_exps = nullptr;     ///< [n_embd, n_ff, n_expert]
     ggml_tensor * down_exps = nullptr;   ///< [n_ff, n_embd, n_expert]
@@ -60,6 +76,8 @@ struct MoeRegion {
     ggml_tensor * up_b = nullptr, * gate_b = nullptr, * down_b = nullptr;
     /// llama4: each slot's input is hidden * its routing weight and the slots are summed unweighted.
     bool weight_before = false;
+    /// The split form (see above): `out` holds one output per routed slot, no slot sum in this graph.
+    bool slot_out = false;
     int64_t n_embd = 0, n_ff = 0, n_expert = 0, n_tokens = 0;
     /// Slots per row that reach ffn_moe_out (the ADD chain's length): the slots moezip computes,
     /// the first n_used of each row's ids. Equal to n_used_ids except in a warmup graph.

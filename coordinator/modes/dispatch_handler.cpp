@@ -78,8 +78,10 @@ Status DispatchHandler::recv_row_sums(const MoeRegion & r, size_t w, uint64_t id
     Status rs = link.recv(id, rh, data);
     if (!rs) return rs;
     const auto t_got = std::chrono::steady_clock::now();
+    // a row is one sum [n_embd], or in the split form its n_used slots' own outputs (ReplyKind::slots)
+    const int64_t row_floats = r.n_embd * (r.slot_out ? r.n_used : 1);
     if (rh.kind != static_cast<uint16_t>(MsgKind::result) || rh.n_rows != n_rows ||
-        data.size() != (size_t) (n_rows * r.n_embd) * sizeof(float))
+        data.size() != (size_t) (n_rows * row_floats) * sizeof(float))
         return Status::corruption(link.endpoint() + ": result does not match the request");  // and no sample of its speed
     const double service = rh.service_us / 1000.0;
     // a restarted or replaced worker is measured afresh; the cores it states replace the old
@@ -109,7 +111,8 @@ MsgHeader DispatchHandler::request_header(const MoeRegion & r, int64_t n_rows, R
 }
 
 Status DispatchHandler::compute_rows_here(const MoeRegion & r, int64_t first, int64_t count) {
-    return compute_rows_into(r, region_expert_weights(r), first, count, static_cast<float *>(r.out->data) + first * r.n_embd);
+    const int64_t row_floats = r.n_embd * (r.slot_out ? r.n_used : 1);
+    return compute_rows_into(r, region_expert_weights(r), first, count, static_cast<float *>(r.out->data) + first * row_floats);
 }
 
 Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeights & w, int64_t first, int64_t count, float * out) {
@@ -126,12 +129,16 @@ Status DispatchHandler::compute_rows_into(const MoeRegion & r, const ExpertWeigh
     MoeBuffers bufs;
     const bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ false);
     Status st = disp_.executor().compute_slots(w, b, slots_.data(), in_engine ? &bufs : nullptr);
-    if (st) moe_sum_slots(slots_.data(), E, k, count, out);
+    if (st && r.slot_out) memcpy(out, slots_.data(), slots_.size() * sizeof(float));  // the split form: slots, no sum
+    else if (st) moe_sum_slots(slots_.data(), E, k, count, out);
     return st;
 }
 
 Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
+    // floats of one row of the output: its sum, or in the split form its k slots (workers reply slots)
+    const int64_t row_floats = r.slot_out ? k * E : E;
+    const ReplyKind reply = r.slot_out ? ReplyKind::slots : ReplyKind::row_sums;
     auto t0 = std::chrono::steady_clock::now();
     const Dispatcher::UsableTime checks0 = checks_ms();
     gather_inputs(r);
@@ -152,7 +159,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
         const RowBlock & b = blocks[w + 1];
         if (b.count == 0) continue;
         if (!disp_.usable(w, r)) { here.push_back(w); continue; }
-        MsgHeader h = request_header(r, b.count, ReplyKind::row_sums);
+        MsgHeader h = request_header(r, b.count, reply);
         h.row_offset = (int32_t) b.first;
         Status st = disp_.link(w).send(h, {{WireType::f32, {&hidden_[b.first * E], (size_t) (b.count * E) * sizeof(float)}},
                                            {WireType::i32, {&ids_[b.first * k], (size_t) (b.count * k) * sizeof(int32_t)}},
@@ -182,13 +189,13 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                                   (double) b.count, t_sent, data);
         if (!rs) { disp_.mark_failed(p.first, rs); here.push_back(p.first); continue; }
         if (disp_.verify_due(p.first)) {
-            verify_buf_.resize((size_t) (b.count * E));
+            verify_buf_.resize((size_t) (b.count * row_floats));
             st = compute_rows_into(r, region_expert_weights(r), b.first, b.count, verify_buf_.data());
             if (!st) return st;
             const std::string what = "layer " + std::to_string(r.il) + " rows " + std::to_string(b.first) + "-" +
                                      std::to_string(b.first + b.count - 1);
             if (!accept_part(p.first, data.data(), verify_buf_.data(), verify_buf_.size(), /*exact =*/ true, what)) {
-                memcpy(out + b.first * E, verify_buf_.data(), verify_buf_.size() * sizeof(float));
+                memcpy(out + b.first * row_floats, verify_buf_.data(), verify_buf_.size() * sizeof(float));
                 disp_.count_fallback(p.first);
                 c.fallbacks += 1;
                 c.local_rows += b.count;
@@ -196,7 +203,7 @@ Status RowsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 continue;
             }
         }
-        memcpy(out + b.first * E, data.data(), data.size());
+        memcpy(out + b.first * row_floats, data.data(), data.size());
         link.stats().rows += b.count;
         link.stats().pairs += b.count * k;
         c.remote_rows += b.count;

@@ -200,7 +200,10 @@ public:
     /// {"release_unowned", "advised_bytes" (given to madvise), "rss_dropped_bytes" (VmRSS decrease
     /// measured around the calls: the pages that really left), "released_parts" (layer x worker),
     /// "not_released"}, "copy_local", own_copy_slots (slots computed from the copies) and the own_copy_* keys
-    /// (OwnExpertCopies::add_to).
+    /// (OwnExpertCopies::add_to); worker_experts_mapped_bytes and worker_experts_resident_bytes: of the
+    /// experts this host does not own, in the weights of every current plan, the bytes of the whole pages they
+    /// cover and of those in this
+    /// process's page tables now (page_presence.h).
     nlohmann::json memory_json() const override;
     /// experts.replicas: the balancer's decisions and speed estimates (ExpertBalancer::to_json); null otherwise.
     nlohmann::json balance_json() const override;
@@ -244,6 +247,7 @@ private:
     std::vector<int64_t> prefix_len_;      // ... and how many slots it holds (0: none)
     std::set<std::pair<uint64_t, size_t>> released_;  // (plan, worker) pairs already handled
     WeightReleaseTally release_;                      // what left this host's memory, or why nothing did
+    std::map<uint64_t, std::array<const ggml_tensor *, 3>> plan_weights_;  // per plan: gate, up, down (the engine's)
 };
 
 } // namespace moezip

@@ -5,6 +5,7 @@
 #include "coordinator/evidence/trace.h"
 #include "coordinator/balance/expert_balance.h"
 #include "coordinator/modes/split.h"
+#include "coordinator/memory/page_presence.h"
 #include "coordinator/memory/weight_release.h"
 
 #include <algorithm>
@@ -134,7 +135,8 @@ bool ExpertsHandler::verify_part(const MoeRegion & r, size_t w, const Part & p, 
 
 Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     const int64_t n = r.n_tokens, k = r.n_used, E = r.n_embd;
-    const bool exact = cfg_.experts.combine == ExpertCombine::exact;
+    // the split form hands each slot's own output to another backend: per-slot replies, whatever the combine
+    const bool exact = cfg_.experts.combine == ExpertCombine::exact || r.slot_out;
     // partial combine: a shadow call verifies every worker's part before it measures the whole region
     const bool shadow_call = !exact && cfg_.experts.shadow_every > 0 && ++partial_calls_ % (uint64_t) cfg_.experts.shadow_every == 0;
     if ((int64_t) owners_.size() != r.n_expert) {
@@ -147,6 +149,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             own_[e] = std::find(owner_sets_[e].begin(), owner_sets_[e].end(), -1) != owner_sets_[e].end();
     }
     const auto t_setup = std::chrono::steady_clock::now();
+    plan_weights_[r.plan_id] = {r.gate_exps, r.up_exps, r.down_exps};
     own_copies_.prepare(r.plan_id, region_expert_weights(r), own_);  // once per plan, before ms_local's clock starts
     auto t0 = std::chrono::steady_clock::now();
     c.ms_setup += ms_between(t_setup, t0);
@@ -178,7 +181,8 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     for (size_t w = 0; w < parts.size(); ++w) {
         Part & p = parts[w];
         if (p.rows.empty() || !disp_.usable(w, r)) continue;
-        p.prefix_sums = exact && is_slot_prefix(p.pairs, p.rows.size());
+        // the split form hands every slot's own output on: no sums, whatever the combine
+        p.prefix_sums = exact && !r.slot_out && is_slot_prefix(p.pairs, p.rows.size());
         MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact && !p.prefix_sums ? ReplyKind::slots : ReplyKind::row_sums);
         p.request_id = h.request_id;
         p.sent_at = std::chrono::steady_clock::now();
@@ -214,7 +218,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             const bool per_slot = exact && !p.prefix_sums;
             size_t expect = (size_t) (E * (per_slot ? (int64_t) p.pairs.size() : (int64_t) p.rows.size())) * sizeof(float);
             if (rs && (rh.kind != static_cast<uint16_t>(MsgKind::result) || p.result.size() != expect ||
-                       (exact && rh.n_pairs != (int32_t) p.pairs.size())))
+                       (per_slot && rh.n_pairs != (int32_t) p.pairs.size())))
                 rs = Status::corruption(link.endpoint() + ": result does not match the request");
             if (rs) {
                 if (p.prefix_sums) {  // used (combined below) unless a check refuses it
@@ -242,7 +246,7 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
                 link.stats().pairs += p.pairs.size();
                 c.remote_rows += p.rows.size();
                 c.remote_slots += p.pairs.size();
-                if (exact && !p.prefix_sums) {
+                if (per_slot) {
                     // libzmq may hand large frames back at addresses not aligned for float: copy bytes
                     const char * res = static_cast<const char *>(p.result.data());
                     for (size_t q = 0; q < p.pairs.size(); ++q)
@@ -274,6 +278,10 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
     // 4. combine
     TraceSpan combine_span("combine", "combine");
     float * out = static_cast<float *>(r.out->data);
+    if (r.slot_out) {  // the split form: every slot's own output, in the engine's layout; no sum here
+        region_write_slots(r, slots_.data());
+        return Status::ok();
+    }
     if (exact) {
         combine_exact(r, parts, out);
         return Status::ok();
@@ -415,6 +423,7 @@ void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
     DispatchHandler::forget_plans(plans);
     for (uint64_t p : plans) {
         own_copies_.forget(p);
+        plan_weights_.erase(p);
         for (auto it = released_.lower_bound({p, 0}); it != released_.end() && it->first == p;) it = released_.erase(it);
     }
 }
@@ -426,6 +435,23 @@ nlohmann::json ExpertsHandler::memory_json() const {
     j["copy_local"] = cfg_.experts.copy_local;
     j["own_copy_slots"] = slots_from_copy_;
     own_copies_.add_to(j);
+    // the experts only workers compute: how much of them is in this process's memory now
+    std::vector<int> theirs;
+    for (size_t e = 0; e < own_.size(); ++e)
+        if (!own_[e]) theirs.push_back((int) e);
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    for (const auto & kv : plan_weights_)
+        for (const ggml_tensor * t : kv.second) {
+            ByteRanges br;
+            if (t == nullptr || t->data == nullptr || !expert_slice_ranges(t, theirs, br)) continue;
+            const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+            for (const auto & b : br) ranges.push_back({base + b.first, base + b.second});
+        }
+    uint64_t pages = 0, present = 0;  // whole pages of them: a page shared with this host's weights does not count
+    if (!plan_weights_.empty() && pages_present_bytes(ranges, pages, present)) {
+        j["worker_experts_mapped_bytes"] = pages;
+        j["worker_experts_resident_bytes"] = present;
+    }
     return j;
 }
 

@@ -24,7 +24,7 @@ Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
     float * slots = nullptr;
     // The region is computed in its own node memory (region_engine_buffers); ffn_moe_out is written
     // last, so it may share memory with the intermediates as the engine's allocator allows.
-    bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ true);
+    bool in_engine = region_engine_buffers(r, bufs, /*out_may_overlap =*/ true);  // never in the split form
     if (in_engine) {
         const size_t slots_bytes = (size_t) (r.n_embd * r.n_used * r.n_tokens) * sizeof(float);
         const size_t out_bytes = (size_t) (r.n_embd * r.n_tokens) * sizeof(float);
@@ -46,7 +46,8 @@ Status LocalHandler::compute(const MoeRegion & r, LayerCounters & c) {
     Status st = exec_.compute_slots(from_copy ? copies_.weights(r.plan_id, mapped) : mapped, b, slots, in_engine ? &bufs : nullptr);
     if (!st) return st;
     if (from_copy) slots_from_copy_ += (uint64_t) (r.n_tokens * r.n_used);
-    moe_sum_slots(slots, r.n_embd, r.n_used, r.n_tokens, static_cast<float *>(r.out->data));
+    if (r.slot_out) region_write_slots(r, slots);  // the split form: the sum is another backend's
+    else moe_sum_slots(slots, r.n_embd, r.n_used, r.n_tokens, static_cast<float *>(r.out->data));
     c.local_rows += r.n_tokens;
     c.local_slots += r.n_tokens * r.n_used;
     c.ms_local += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

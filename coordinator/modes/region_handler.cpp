@@ -2,6 +2,8 @@
 
 #include "coordinator/wire/protocol.h"
 
+#include <cstring>
+
 namespace moezip {
 
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights) {
@@ -9,12 +11,13 @@ void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std:
     ids.resize(k * n);
     weights.resize(k * n);
     const char * ib = static_cast<const char *>(r.ids->data);
-    const char * wb = static_cast<const char *>(r.weights->data);
+    const char * wb = r.weights != nullptr ? static_cast<const char *>(r.weights->data) : nullptr;
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t s = 0; s < k; ++s) {
             ids[t * k + s] = *reinterpret_cast<const int32_t *>(ib + s * r.ids->nb[0] + t * r.ids->nb[1]);
-            // weights: [1, n_used, n_tokens]
-            weights[t * k + s] = *reinterpret_cast<const float *>(wb + s * r.weights->nb[1] + t * r.weights->nb[2]);
+            // weights: [1, n_used, n_tokens]; the split form without them computes its slots unweighted,
+            // which x * 1.0f gives bit for bit (IEEE 754 multiplication by one is exact)
+            weights[t * k + s] = wb == nullptr ? 1.0f : *reinterpret_cast<const float *>(wb + s * r.weights->nb[1] + t * r.weights->nb[2]);
         }
     }
 }
@@ -34,8 +37,9 @@ bool memory_overlaps(const void * a, size_t na, const void * b, size_t nb) {
 }
 
 bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_overlap) {
-    // only the plain form has exactly the four intermediates MoeBuffers describes
-    if (r.weight_before || r.up_b || r.gate_b || r.down_b) return false;
+    // only the plain form has exactly the four intermediates MoeBuffers describes; in the split form
+    // ffn_moe_down is the output itself
+    if (r.weight_before || r.up_b || r.gate_b || r.down_b || r.slot_out) return false;
     // the nodes' shapes have every routed slot (n_used_ids); any n_used <= n_used_ids of them fit
     const int64_t n = r.n_tokens, k = r.n_used_ids, ff = r.n_ff, E = r.n_embd;
     if (!dense_f32(r.up, ff, k, n) || !dense_f32(r.gate, ff, k, n) || !dense_f32(r.act, ff, k, n) || !dense_f32(r.down, E, k, n) ||
@@ -48,6 +52,10 @@ bool region_engine_buffers(const MoeRegion & r, MoeBuffers & b, bool out_may_ove
     }
     b.up = r.up->data; b.gate = r.gate->data; b.act = r.act->data; b.down = r.down->data;
     return true;
+}
+
+void region_write_slots(const MoeRegion & r, const float * slots) {
+    memcpy(r.out->data, slots, (size_t) (r.n_embd * r.n_used * r.n_tokens) * sizeof(float));
 }
 
 ExpertWeights region_expert_weights(const MoeRegion & r) {

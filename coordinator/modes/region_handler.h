@@ -17,7 +17,8 @@ class RegionHandler {
 public:
     virtual ~RegionHandler() = default;
     /// Computes r.out [n_embd, n_tokens] f32 from r.hidden, r.ids and r.weights and adds to the
-    /// layer's counters. On error r.out may be partly written: the caller recomputes the region
+    /// layer's counters; in the split form (r.slot_out) r.out [n_embd, n_used, n_tokens] gets each
+    /// slot's own output, as the engine's node would hold it. On error r.out may be partly written: the caller recomputes the region
     /// with the engine's own nodes or stops the compute; it never hands a partial output on.
     virtual Status compute(const MoeRegion & r, LayerCounters & c) = 0;
     /// Why this mode cannot compute region r although the engine's pattern was recognised ("" when it
@@ -44,9 +45,14 @@ public:
 
 /// The region's routing inputs copied into dense arrays: ids [n_used, n_tokens] i32 and weights
 /// [n_used, n_tokens] f32, element (s, t) at t*n_used + s: the first n_used of each row's
-/// n_used_ids routed slots (all of them except in a warmup graph). The engine's ids are a strided view of
+/// n_used_ids routed slots (all of them except in a warmup graph). Weights are 1 where the region
+/// has none (the split form that ends at ffn_moe_down). The engine's ids are a strided view of
 /// the argsort result (ggml_argsort_top_k), so they are read through nb[].
 void region_gather_routing(const MoeRegion & r, std::vector<int32_t> & ids, std::vector<float> & weights);
+
+/// The split form (r.slot_out): writes the per-slot outputs `slots` [n_embd, n_used, n_tokens] f32
+/// (row t's slot s at (t*n_used + s)*n_embd) into r.out, which has that dense layout.
+void region_write_slots(const MoeRegion & r, const float * slots);
 
 /// The expert weights of a region as the executor wants them.
 ExpertWeights region_expert_weights(const MoeRegion & r);

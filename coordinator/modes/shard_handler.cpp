@@ -70,6 +70,9 @@ void ShardHandler::note_empty_slices(const MoeRegion & r, int64_t block, const s
 }
 
 std::string ShardHandler::refuses(const MoeRegion & r) const {
+    if (r.slot_out)
+        return "shard mode returns per-row partial sums, but this split form (" + r.pattern + ") must give each slot's own "
+               "output to the backend that sums them: use rows or experts mode";
     if (r.gate_b || r.up_b || r.down_b)
         return "shard mode sums partial results over n_ff slices, but these experts have biases (gpt-oss: ADD_ID after "
                "the down matmul belongs to the whole sum): use rows or experts mode";
