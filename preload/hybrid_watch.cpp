@@ -86,6 +86,19 @@ void hybrid_op_offload_default(const char * config_path) {
     }
 }
 
+void hybrid_log_op_offload(const Config & cfg) {
+    HybridState & h = H();
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.op_offload_set_by == "moezip")
+        LOG_INFO("experts mode: GGML_OP_OFFLOAD_MIN_BATCH=%s set by moezip: an accelerator's op offload never takes the "
+                 "CPU-resident experts' batches (prefill stays on the CPU split and is distributed; the workers' experts "
+                 "are never read here)", h.op_offload_value.c_str());
+    else if (h.op_offload_set_by == "user" && cfg.mode == ConfigMode::experts)
+        LOG_WARN("experts mode: GGML_OP_OFFLOAD_MIN_BATCH=%s set by the user: an accelerator with op offload (CUDA, Vulkan) "
+                 "computes batches of that many rows from this host's memory, the workers' experts read from the model "
+                 "file, and such layers are reported as offloaded (require_intercept fails them)", h.op_offload_value.c_str());
+}
+
 std::string hybrid_after_sched(ggml_backend_sched_t sched, ggml_cgraph * graph, const Config & cfg) {
     const SchedApi & a = sched_api();
     if (!a.ok() || sched == nullptr || graph == nullptr) return "";

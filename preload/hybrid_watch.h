@@ -34,6 +34,10 @@ constexpr const char * kOpOffloadOff = "2147483647";
 /// the environment has it. Records what it did for the report.
 void hybrid_op_offload_default(const char * config_path);
 
+/// Once moezip is active: says on stderr what hybrid_op_offload_default did (or that the user's value
+/// of GGML_OP_OFFLOAD_MIN_BATCH stays, with what it means in experts mode). Silent when neither.
+void hybrid_log_op_offload(const Config & cfg);
+
 /// After the engine's scheduler `sched` computed `graph`: records where each MoE layer's experts
 /// ran. Returns "" or, when a layer whose experts lie in host memory was computed on an accelerator
 /// in experts mode, the error (the caller reports it and, with require_intercept, fails the compute).

@@ -266,6 +266,7 @@ void init_locked(Session & s, const void * caller, ComputeFn real) {
     }
     register_late_at_exit_locked(s);
     LOG_INFO("active: mode %s, CPU variant %s, report %s", s.ev.mode.c_str(), s.ev.variant.name.c_str(), s.report_path.c_str());
+    hybrid_log_op_offload(s.cfg);
 }
 
 // The CPU variant whose graphs reached the hooks ("" when none did).

@@ -229,6 +229,7 @@ TEST(Hybrid, LlamaCompletionCpuMoeInExpertsAndRowsModeEqualsThePlainHybridRun) {
     for (const auto & w : x["workers"]) EXPECT_GT(w["slots"].get<uint64_t>(), 0u) << w.dump();
     // the batches of the prompt stayed on the CPU split: op offload is off in experts mode
     EXPECT_EQ(x["hybrid"]["op_offload_min_batch"]["set_by"], "moezip");
+    EXPECT_NE(experts.err.find("GGML_OP_OFFLOAD_MIN_BATCH=2147483647 set by moezip"), std::string::npos) << experts.err;
     expect_workers_experts_not_resident(x, "experts");
 
     const json r = load_json(dir + "/rows.json");
