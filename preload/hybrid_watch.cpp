@@ -8,6 +8,7 @@
 #include "ggml-impl.h"  // struct ggml_cgraph
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -73,14 +74,15 @@ void hybrid_op_offload_default(const char * config_path) {
     HybridState & h = H();
     std::lock_guard<std::mutex> lock(h.mu);
     if (const char * v = getenv("GGML_OP_OFFLOAD_MIN_BATCH")) {
+        const char * ours = getenv(kOpOffloadMarkerEnv);  // inherited from a parent under the preload
         h.op_offload_value = v;
-        h.op_offload_set_by = "user";
+        h.op_offload_set_by = ours != nullptr && strcmp(ours, v) == 0 ? "moezip" : "user";
         return;
     }
     Config cfg;
     if (config_path == nullptr || !config_load_file(config_path, cfg) || cfg.mode != ConfigMode::experts) return;
     // before any backend registers its devices (that is when ggml reads it)
-    if (setenv("GGML_OP_OFFLOAD_MIN_BATCH", kOpOffloadOff, 0) == 0) {
+    if (setenv("GGML_OP_OFFLOAD_MIN_BATCH", kOpOffloadOff, 0) == 0 && setenv(kOpOffloadMarkerEnv, kOpOffloadOff, 1) == 0) {
         h.op_offload_value = kOpOffloadOff;
         h.op_offload_set_by = "moezip";
     }

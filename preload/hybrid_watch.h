@@ -28,6 +28,9 @@ namespace moezip {
 
 /// What the preload's constructor sets GGML_OP_OFFLOAD_MIN_BATCH to in experts mode.
 constexpr const char * kOpOffloadOff = "2147483647";
+/// Set beside it to the same value, so that a process under the preload started by another one
+/// (a wrapper: `timeout`, `sh -c`, a launcher) knows the inherited value as moezip's, not the user's.
+constexpr const char * kOpOffloadMarkerEnv = "MOEZIP_OP_OFFLOAD_SET";
 
 /// From the preload's constructor: reads the config at `config_path` (silently: the session reports
 /// its errors later) and, in experts mode, sets GGML_OP_OFFLOAD_MIN_BATCH = kOpOffloadOff unless

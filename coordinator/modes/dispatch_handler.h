@@ -202,8 +202,8 @@ public:
     /// "not_released"}, "copy_local", own_copy_slots (slots computed from the copies) and the own_copy_* keys
     /// (OwnExpertCopies::add_to); worker_experts_mapped_bytes and worker_experts_resident_bytes: of the
     /// experts this host does not own, in the weights of every current plan, the bytes of the whole pages they
-    /// cover and of those in this
-    /// process's page tables now (page_presence.h).
+    /// cover and of those in this process's page tables now, or when the engine last freed them
+    /// (page_presence.h).
     nlohmann::json memory_json() const override;
     /// experts.replicas: the balancer's decisions and speed estimates (ExpertBalancer::to_json); null otherwise.
     nlohmann::json balance_json() const override;
@@ -248,6 +248,14 @@ private:
     std::set<std::pair<uint64_t, size_t>> released_;  // (plan, worker) pairs already handled
     WeightReleaseTally release_;                      // what left this host's memory, or why nothing did
     std::map<uint64_t, std::array<const ggml_tensor *, 3>> plan_weights_;  // per plan: gate, up, down (the engine's)
+    /// The workers' experts in the current plans' weights: bytes of the whole pages they cover, and
+    /// of those in this process's page tables (page_presence.h).
+    struct WorkerExpertsPresence {
+        bool measured = false;
+        uint64_t pages = 0, present = 0;
+    };
+    WorkerExpertsPresence worker_experts_presence() const;
+    WorkerExpertsPresence presence_at_free_;  // measured when the engine last freed planned weights
 };
 
 } // namespace moezip

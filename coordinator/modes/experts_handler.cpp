@@ -419,7 +419,28 @@ void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     release_.release(drop, kept_why, "the experts workers own");
 }
 
+ExpertsHandler::WorkerExpertsPresence ExpertsHandler::worker_experts_presence() const {
+    WorkerExpertsPresence out;
+    std::vector<int> theirs;
+    for (size_t e = 0; e < own_.size(); ++e)
+        if (!own_[e]) theirs.push_back((int) e);
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    for (const auto & kv : plan_weights_)
+        for (const ggml_tensor * t : kv.second) {
+            ByteRanges br;
+            if (t == nullptr || t->data == nullptr || !expert_slice_ranges(t, theirs, br)) continue;
+            const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+            for (const auto & b : br) ranges.push_back({base + b.first, base + b.second});
+        }
+    // whole pages of them: a page shared with this host's weights does not count
+    out.measured = !plan_weights_.empty() && pages_present_bytes(ranges, out.pages, out.present);
+    return out;
+}
+
 void ExpertsHandler::forget_plans(const std::vector<uint64_t> & plans) {
+    // the weights are still mapped here (the engine frees them after this): their last state
+    const WorkerExpertsPresence before = worker_experts_presence();
+    if (before.measured) presence_at_free_ = before;
     DispatchHandler::forget_plans(plans);
     for (uint64_t p : plans) {
         own_copies_.forget(p);
@@ -435,22 +456,13 @@ nlohmann::json ExpertsHandler::memory_json() const {
     j["copy_local"] = cfg_.experts.copy_local;
     j["own_copy_slots"] = slots_from_copy_;
     own_copies_.add_to(j);
-    // the experts only workers compute: how much of them is in this process's memory now
-    std::vector<int> theirs;
-    for (size_t e = 0; e < own_.size(); ++e)
-        if (!own_[e]) theirs.push_back((int) e);
-    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-    for (const auto & kv : plan_weights_)
-        for (const ggml_tensor * t : kv.second) {
-            ByteRanges br;
-            if (t == nullptr || t->data == nullptr || !expert_slice_ranges(t, theirs, br)) continue;
-            const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
-            for (const auto & b : br) ranges.push_back({base + b.first, base + b.second});
-        }
-    uint64_t pages = 0, present = 0;  // whole pages of them: a page shared with this host's weights does not count
-    if (!plan_weights_.empty() && pages_present_bytes(ranges, pages, present)) {
-        j["worker_experts_mapped_bytes"] = pages;
-        j["worker_experts_resident_bytes"] = present;
+    // the experts only workers compute: how much of them is in this process's memory now, or, once
+    // the engine freed the weights (a model's end, before the exit report), when it freed them
+    WorkerExpertsPresence now = worker_experts_presence();
+    if (!now.measured) now = presence_at_free_;
+    if (now.measured) {
+        j["worker_experts_mapped_bytes"] = now.pages;
+        j["worker_experts_resident_bytes"] = now.present;
     }
     return j;
 }
