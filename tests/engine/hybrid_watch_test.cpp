@@ -71,6 +71,7 @@ struct EnvGuard {
     ~EnvGuard() {
         if (had) setenv("GGML_OP_OFFLOAD_MIN_BATCH", saved.c_str(), 1);
         else unsetenv("GGML_OP_OFFLOAD_MIN_BATCH");
+        unsetenv("MOEZIP_OP_OFFLOAD_SET");
     }
 };
 
@@ -82,6 +83,7 @@ TEST(OpOffload, ExpertsModeTurnsItOffUnlessTheUserSetIt) {
     std::ofstream(rows) << "mode = \"rows\"\n[rows]\nlocal_share = 0.5\n[[worker]]\nendpoint = \"tcp://127.0.0.1:5601\"\nshare = 0.5\n";
 
     unsetenv("GGML_OP_OFFLOAD_MIN_BATCH");
+    unsetenv("MOEZIP_OP_OFFLOAD_SET");
     hybrid_op_offload_default(rows.c_str());
     EXPECT_EQ(getenv("GGML_OP_OFFLOAD_MIN_BATCH"), nullptr) << "rows mode holds every expert here: op offload stays";
 
@@ -90,6 +92,12 @@ TEST(OpOffload, ExpertsModeTurnsItOffUnlessTheUserSetIt) {
     EXPECT_STREQ(getenv("GGML_OP_OFFLOAD_MIN_BATCH"), "2147483647");
     EXPECT_EQ(hybrid_json()["op_offload_min_batch"]["set_by"], "moezip");
 
+    // a host started under the preload by a wrapper that is under it too (timeout, sh -c) inherits
+    // moezip's value with its marker: still moezip's, not the user's
+    hybrid_op_offload_default(experts.c_str());
+    EXPECT_EQ(hybrid_json()["op_offload_min_batch"]["set_by"], "moezip");
+
+    unsetenv("MOEZIP_OP_OFFLOAD_SET");
     setenv("GGML_OP_OFFLOAD_MIN_BATCH", "64", 1);
     hybrid_op_offload_default(experts.c_str());
     EXPECT_STREQ(getenv("GGML_OP_OFFLOAD_MIN_BATCH"), "64") << "the user's value is never replaced";
