@@ -32,7 +32,7 @@ constexpr const char * kOpOffloadOff = "2147483647";
 /// (a wrapper: `timeout`, `sh -c`, a launcher) knows the inherited value as moezip's, not the user's.
 constexpr const char * kOpOffloadMarkerEnv = "MOEZIP_OP_OFFLOAD_SET";
 
-/// From the preload's constructor: reads the config at `config_path` (silently: the session reports
+/// From the preload's constructor: reads the config at `config_path` (silently: the preload's Session reports
 /// its errors later) and, in experts mode, sets GGML_OP_OFFLOAD_MIN_BATCH = kOpOffloadOff unless
 /// the environment has it. Records what it did for the report.
 void hybrid_op_offload_default(const char * config_path);
