@@ -11,7 +11,8 @@
 PINNED_ENGINE := $(CURDIR)/.deps/engine
 ENGINE     ?= $(PINNED_ENGINE)
 BUILD      ?= build
-SHARED     ?= $(abspath ../shared)
+# the shared fixtures folder: SHARED=... on the command line, else an exported MOEZIP_SHARED, else ../shared
+SHARED     ?= $(if $(MOEZIP_SHARED),$(MOEZIP_SHARED),$(abspath ../shared))
 # Engines `make test` builds moezip for besides $(ENGINE) (tools/engines/prepare.sh; docs/engines.md).
 # `make test TEST_ENGINES=` skips them (their tests then report as skipped).
 TEST_ENGINES ?= llama.cpp:pinned npm:3.22.1 npm:3.20.0
@@ -102,7 +103,8 @@ deps:
 # builds it per test engine; the README's two-machine quick start, docs/deploy.md).
 engine-tools: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) build-engine-tools
-build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report
+build-engine-tools: $(PRELOAD_LIB) $(BUILD)/bin/moezip-run $(BUILD)/bin/moezip-worker $(BUILD)/bin/moezip-report \
+                    $(BUILD)/bin/moezip-slice
 
 # Installs or builds every engine of TEST_ENGINES (cached: docs/engines.md) and moezip for each in
 # build-engines/<name>/; writes $(BUILD)/engines.json for the tests.
