@@ -178,9 +178,23 @@ Status ExpertsHandler::compute(const MoeRegion & r, LayerCounters & c) {
             p.pairs.push_back({t, s});
         }
     }
+    // Every worker is asked whether it is usable before any part is sent: under "abort" a part whose
+    // worker is down fails the compute, and a part already sent to another worker would then never
+    // be collected. Its reply would wait in that link's receive queue (up to ZeroMQ's high-water
+    // mark of 1000 replies, each of the part's rows x n_embd f32): while one worker was out, every
+    // failed compute queued one more reply from the others, and the host's memory grew by that
+    // queue at each outage.
+    std::vector<bool> usable(parts.size(), false);
     for (size_t w = 0; w < parts.size(); ++w) {
         Part & p = parts[w];
-        if (p.rows.empty() || !disp_.usable(w, r)) continue;
+        if (p.rows.empty()) continue;
+        usable[w] = disp_.usable(w, r);
+        if (!usable[w] && cfg_.dispatch.on_worker_error == WorkerErrorPolicy::abort && !covered_here(r, p))
+            return Status::io_error("worker " + cfg_.workers[w].endpoint + " unavailable and on_worker_error = \"abort\"");
+    }
+    for (size_t w = 0; w < parts.size(); ++w) {
+        Part & p = parts[w];
+        if (p.rows.empty() || !usable[w]) continue;
         // the split form hands every slot's own output on: no sums, whatever the combine
         p.prefix_sums = exact && !r.slot_out && is_slot_prefix(p.pairs, p.rows.size());
         MsgHeader h = request_header(r, (int64_t) p.rows.size(), exact && !p.prefix_sums ? ReplyKind::slots : ReplyKind::row_sums);
