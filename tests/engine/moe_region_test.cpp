@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 using namespace moezip;
+using moezip_test::compute_whole_graph;
 using moezip_test::reference_api;
 
 namespace {
@@ -265,10 +266,7 @@ TEST_P(RunnerBitIdentity, PiecewiseWithLocalRegionEqualsWholeGraph) {
     MoeGraph ref, mine;
     build(ref, GetParam());
     build(mine, GetParam());
-    ggml_cplan plan = api.ggml_graph_plan(ref.gf, 1, nullptr);
-    std::vector<uint8_t> work(plan.work_size);
-    plan.work_data = work.data();
-    ASSERT_EQ(api.ggml_graph_compute(ref.gf, &plan), GGML_STATUS_SUCCESS);
+    ASSERT_EQ(compute_whole_graph(api, ref.gf), GGML_STATUS_SUCCESS);
 
     Evidence ev;
     std::mutex mu;
@@ -315,10 +313,7 @@ TEST_P(PairsEqualRows, PerSlotPairsEqualTheBatchedRows) {
     build(g, GetParam());
     auto regions = regions_of(g);
     ASSERT_EQ(regions.size(), 1u);
-    ggml_cplan plan = api.ggml_graph_plan(g.gf, 1, nullptr);
-    std::vector<uint8_t> work(plan.work_size);
-    plan.work_data = work.data();
-    ASSERT_EQ(api.ggml_graph_compute(g.gf, &plan), GGML_STATUS_SUCCESS);  // router outputs now exist
+    ASSERT_EQ(compute_whole_graph(api, g.gf), GGML_STATUS_SUCCESS);  // router outputs now exist
     const MoeRegion & r = regions[0];
     std::vector<int32_t> ids;
     std::vector<float> w;

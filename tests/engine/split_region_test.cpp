@@ -17,6 +17,7 @@
 #include <random>
 
 using namespace moezip;
+using moezip_test::compute_whole_graph;
 using moezip_test::reference_api;
 
 namespace {
@@ -172,10 +173,7 @@ TEST_P(SplitBitIdentity, PerSlotOutputsEqualTheEnginesNodes) {
         SplitGraph ref, mine;
         build_split(ref, GetParam(), n_tokens);
         build_split(mine, GetParam(), n_tokens);
-        ggml_cplan plan = api.ggml_graph_plan(ref.gf, 1, nullptr);
-        std::vector<uint8_t> work(plan.work_size);
-        plan.work_data = work.data();
-        ASSERT_EQ(api.ggml_graph_compute(ref.gf, &plan), GGML_STATUS_SUCCESS);
+        ASSERT_EQ(compute_whole_graph(api, ref.gf), GGML_STATUS_SUCCESS);
 
         Evidence ev;
         std::mutex mu;

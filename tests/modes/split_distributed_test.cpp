@@ -66,10 +66,7 @@ void expect_split_distributed(const ReferenceModel & m, RegionHandler & handler,
     FixtureSplit ref, mine;
     ref.build(m, n_tokens);
     mine.build(m, n_tokens);
-    ggml_cplan plan = api.ggml_graph_plan(ref.gf, 1, nullptr);
-    std::vector<uint8_t> work(plan.work_size);
-    plan.work_data = work.data();
-    ASSERT_EQ(api.ggml_graph_compute(ref.gf, &plan), GGML_STATUS_SUCCESS);
+    ASSERT_EQ(compute_whole_graph(api, ref.gf), GGML_STATUS_SUCCESS);
     Evidence ev;
     std::mutex mu;
     RunnerOptions opt;

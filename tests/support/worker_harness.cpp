@@ -305,4 +305,11 @@ ExpertWeights ReferenceModel::weights(int il) const {
     return w;
 }
 
+ggml_status compute_whole_graph(const moezip::GgmlApi & api, ggml_cgraph * gf) {
+    ggml_cplan plan = api.ggml_graph_plan(gf, 1, nullptr);
+    std::vector<uint8_t> work(plan.work_size);
+    plan.work_data = work.data();
+    return api.ggml_graph_compute(gf, &plan);
+}
+
 } // namespace moezip_test

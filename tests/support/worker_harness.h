@@ -157,6 +157,9 @@ std::vector<zmq::message_t> simple_frames(moezip::MsgKind kind, uint64_t request
 /// The engine's ggml bound in this process, as the engine does it: ggml_backend_load_all_from_path
 /// on libggml-base's directory, then the CPU variant that stays loaded. Once per process.
 const moezip::GgmlApi & reference_api();
+/// Computes all of `gf` with `api` on one thread, as the engine's CPU backend would without moezip:
+/// the reference a piecewise run is compared with. GGML_STATUS_SUCCESS or the kernel's status.
+ggml_status compute_whole_graph(const moezip::GgmlApi & api, ggml_cgraph * gf);
 /// The name of that variant ("zen4") and its GNU build-id.
 std::string reference_variant();
 std::string reference_build_id();
