@@ -1,7 +1,8 @@
 // The failure policy in the real llama-server (built from the pinned llama.cpp source), in experts
 // mode with one worker that serves every expert: while the worker serves, the answers are those of
 // the same server without moezip; once it is killed, the request whose compute moezip fails gets
-// llama-server's HTTP 500 ("Compute error."), the server takes the next request, and when SIGTERM
+// llama-server's HTTP 500 ("Compute error."), the server takes the next request (and answers again
+// as before once a worker is back at the endpoint), and when SIGTERM
 // stops it the preload makes its exit status 4 (llama-server's main returns 0), saying why.
 // tests/trust/server_policy_test.cpp holds the same policy with moezip's own serving test host.
 #include "tests/support/cluster.h"
@@ -11,9 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace moezip_test;
@@ -90,6 +93,20 @@ TEST_P(LlamaServerPolicy, AKilledWorkerFailsARequestTheServerGoesOnAndExitsWithS
     const ServerAnswer later = s.complete(kPrompts[1], kTokens);
     EXPECT_EQ(later.http_status, 500) << later.body;
     EXPECT_NE(later.body.find("Compute error."), std::string::npos) << later.body;
+    // a worker back at the same endpoint: the server answers as before, as the plain server does
+    WorkerProcess back;
+    back.set_program(e->tool("moezip-worker"));
+    ASSERT_TRUE(back.start({"--model", model, "--bind", w.endpoint(), "--threads", "1", "--experts", "0-7"}, dir)) << back.error();
+    // (moezip probes it again after its back-off or once the new connection's handshake completes:
+    // requests before that fail as above)
+    ServerAnswer again;
+    for (int i = 0; i < 60 && again.http_status != 200; ++i) {
+        if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        again = s.complete(kPrompts[0], kTokens);
+        ASSERT_TRUE(again.http_status == 200 || again.body.find("Compute error.") != std::string::npos) << again.body;
+    }
+    EXPECT_EQ(again.http_status, 200) << "the server never answered again with the worker back: " << again.body;
+    EXPECT_EQ(again.text, plain[0]);
 
     const int rc = s.stop(SIGTERM);
     const std::string err = s.stderr_text();
