@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sys/stat.h>
 
 using namespace moezip_test;
@@ -20,6 +23,12 @@ const std::vector<std::string> kTinyQ8 = {"--preset", "tiny", "--type", "q8_0"};
 uint64_t file_size(const std::string & path) {
     struct stat st;
     return stat(path.c_str(), &st) == 0 ? (uint64_t) st.st_size : 0;
+}
+
+/// The bytes of `path` ("" when it cannot be read).
+std::string file_bytes(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 /// Cuts experts `range` of `model` into `out`; the tool's result (stdout names what it wrote).
@@ -194,6 +203,54 @@ TEST(SliceTool, RefusesRangesOutsideTheModelSeveralRangesAndSlicesOfSlices) {
     EXPECT_EQ(missing.exit_code, 1);
     EXPECT_NE(missing.err.find(dir + "/none.gguf"), std::string::npos) << missing.err;
     for (const char * f : {"/a.gguf", "/b.gguf", "/d.gguf", "/e.gguf", "/a.gguf.tmp"}) EXPECT_FALSE(file_exists(dir + f)) << f;
+}
+
+// The output is renamed over and OUTPUT.tmp truncated: an output that is the model itself (by a
+// symlink to it, by its own path as OUTPUT.tmp, or a later part of a split model) is refused by
+// name, and the model's bytes stay as they were.
+TEST(SliceTool, RefusesAnOutputThatIsTheModelOrOneOfItsParts) {
+    namespace fs = std::filesystem;
+    const std::string model = fixture_model(kTinyQ8);
+    const std::string split = fixture_model_split(kTinyQ8, 3);
+    ASSERT_FALSE(model.empty());
+    ASSERT_FALSE(split.empty());
+    const std::string dir = test_dir("slice_tool_output_is_model");
+    // copies: a failure here must not destroy the shared fixtures
+    const std::string m = dir + "/m.gguf", link = dir + "/link.gguf", tmp_named = dir + "/t.gguf.tmp";
+    fs::copy_file(model, m, fs::copy_options::overwrite_existing);
+    fs::copy_file(model, tmp_named, fs::copy_options::overwrite_existing);
+    fs::remove(link);
+    fs::create_symlink(m, link);
+    const std::string want = file_bytes(model);
+    ASSERT_FALSE(want.empty());
+
+    CommandResult over = slice(link, "0-3", m);  // the model through a link, its file as the output
+    EXPECT_EQ(over.exit_code, 1) << over.out;
+    EXPECT_NE(over.err.find("-o " + m + ": " + m + " is the model's file " + link + " itself"), std::string::npos) << over.err;
+    EXPECT_TRUE(file_bytes(m) == want) << "the model must keep its bytes";
+
+    CommandResult trunc = slice(tmp_named, "0-3", dir + "/t.gguf");  // the model is OUTPUT.tmp
+    EXPECT_EQ(trunc.exit_code, 1) << trunc.out;
+    EXPECT_NE(trunc.err.find(tmp_named + " is the model's file"), std::string::npos) << trunc.err;
+    EXPECT_TRUE(file_bytes(tmp_named) == want) << "the model must keep its bytes";
+    EXPECT_FALSE(file_exists(dir + "/t.gguf"));
+
+    // a split model whose second part is named as the output
+    const std::string sdir = split.substr(0, split.rfind('/'));
+    const std::string first = dir + "/" + split.substr(split.rfind('/') + 1);
+    std::string second;
+    for (const auto & e : fs::directory_iterator(sdir)) {
+        const std::string name = e.path().filename().string();
+        if (name.find("-of-00003.gguf") == std::string::npos || split.find(name.substr(0, name.size() - 20)) == std::string::npos) continue;
+        fs::copy_file(e.path(), dir + "/" + name, fs::copy_options::overwrite_existing);
+        if (name.find("-00002-of-00003.gguf") != std::string::npos) second = dir + "/" + name;
+    }
+    ASSERT_FALSE(second.empty());
+    const std::string second_bytes = file_bytes(second);
+    CommandResult part = slice(first, "0-3", second);
+    EXPECT_EQ(part.exit_code, 1) << part.out;
+    EXPECT_NE(part.err.find(second + " is the model's file " + second + " itself"), std::string::npos) << part.err;
+    EXPECT_TRUE(file_bytes(second) == second_bytes) << "the part must keep its bytes";
 }
 
 } // namespace
