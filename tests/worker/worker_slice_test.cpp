@@ -31,6 +31,27 @@ std::string file_bytes(const std::string & path) {
     return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+/// Copies `in` to `out` with the value of GGUF key `key` overwritten by `value` (the bytes after the
+/// key's type: a u32 as 4 bytes, a string as its u64 length and bytes, `value` of the same length).
+bool patch_key(const std::string & in, const std::string & out, const std::string & key, const std::string & value) {
+    std::string b = file_bytes(in);
+    std::string needle(8, '\0');
+    const uint64_t n = key.size();
+    memcpy(&needle[0], &n, 8);
+    needle += key;
+    const size_t at = b.find(needle);
+    if (at == std::string::npos) return false;
+    size_t v = at + needle.size() + 4;  // past the type
+    uint32_t type = 0;
+    memcpy(&type, &b[at + needle.size()], 4);
+    if (type == 8) v += 8;  // a string: its length first (kept)
+    if (v + value.size() > b.size()) return false;
+    b.replace(v, value.size(), value);
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f << b;
+    return (bool) f;
+}
+
 /// Cuts experts `range` of `model` into `out`; the tool's result (stdout names what it wrote).
 CommandResult slice(const std::string & model, const std::string & range, const std::string & out) {
     return run_tool("moezip-slice", {model, "--experts", range, "-o", out});
@@ -150,6 +171,36 @@ TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource
     const std::string source = other.substr(other.rfind('/') + 1);
     EXPECT_TRUE(errors_mention(rep, "weights differ from this host's")) << rep["errors"].dump();
     EXPECT_TRUE(errors_mention(rep, "it serves the slice " + s + " of " + source + " (experts 4-7")) << rep["errors"].dump();
+}
+
+// A slice's keys are not trusted for content: one whose moezip.slice.experts names other experts
+// than it holds (the bytes of 4-7 said to be 0-3), and one whose moezip.slice.n_expert is not the
+// model's, are refused by the coordinator, and the run keeps the single node's logits.
+TEST(WorkerSliceRefusal, ASliceWhoseKeysLieIsRefusedAndTheLogitsStayTheSingleNodes) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    Cluster c{test_dir("worker_slice_lying_keys"), {}};
+    const std::string cut = c.dir + "/experts-4-7.gguf", other_range = c.dir + "/says-0-3.gguf", other_n = c.dir + "/says-of-9.gguf";
+    ASSERT_EQ(slice(model, "4-7", cut).exit_code, 0);
+    ASSERT_TRUE(patch_key(cut, other_range, "moezip.slice.experts", "0-3"));
+    const uint32_t nine = 9;
+    ASSERT_TRUE(patch_key(cut, other_n, "moezip.slice.n_expert", std::string(reinterpret_cast<const char *>(&nine), 4)));
+    ASSERT_TRUE(c.start_worker(other_range, "ipc://" + c.dir + "/w0.sock", ""));
+    ASSERT_TRUE(c.start_worker(other_n, "ipc://" + c.dir + "/w1.sock", ""));
+    EXPECT_NE(c.workers[1]->ready_line().find("experts 4-7 of 9"), std::string::npos) << c.workers[1]->ready_line();
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult r = run_host(c.dir, "lying", model, "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "lying");
+    const json rep = load_json(c.dir + "/lying.json");
+    ASSERT_EQ(rep["workers"].size(), 2u) << rep["workers"].dump();
+    for (int w = 0; w < 2; ++w) {
+        EXPECT_GT(rep["workers"][w]["refusals"].get<uint64_t>(), 0u) << rep["workers"][w].dump();
+        EXPECT_EQ(rep["workers"][w]["slots"], 0) << "nothing may go to a worker whose slice lies: " << rep["workers"][w].dump();
+    }
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's (another model file, or a changed or damaged copy); it serves the slice " + other_range)) << rep["errors"].dump();
+    EXPECT_TRUE(errors_mention(rep, "dimensions differ (model file differs?); it serves the slice " + other_n)) << rep["errors"].dump();
 }
 
 // The same request to a worker on the whole model and to one mapping a slice (--mmap: the slice's
