@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 using namespace moezip_test;
@@ -233,6 +234,53 @@ TEST(WorkerSliceFile, AMappedSliceComputesTheWholeModelsBitsAndKeepsServingAfter
     same(ask_compute(b, r));
     EXPECT_NE(sliced.stderr_text().find("hashed again"), std::string::npos) << sliced.stderr_text();
     EXPECT_EQ(sliced.stderr_text().find("no longer has the digest"), std::string::npos) << sliced.stderr_text();
+}
+
+// A slice served with --repack (its experts copied into the CPU backend's repacked layout) computes
+// the bits of a worker on the whole model with --repack, and one on the slice mapped in place is
+// unchanged by bytes written into the slice after it started (the worker refuses, by name, rather
+// than compute from them, also when the modification time is set back).
+TEST(WorkerSliceFile, ARepackedSliceComputesTheWholeModelsRepackedBitsAndAChangedSliceIsRefused) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_repack");
+    const std::string s = dir + "/experts-2-5.gguf";
+    ASSERT_EQ(slice(model, "2-5", s).exit_code, 0);
+    WorkerProcess whole, sliced, mapped;
+    ASSERT_TRUE(whole.start({"--model", model, "--bind", "ipc://" + dir + "/whole.sock", "--experts", "2-5", "--repack"}, dir)) << whole.error();
+    ASSERT_TRUE(sliced.start({"--model", s, "--bind", "ipc://" + dir + "/slice.sock", "--repack"}, dir)) << sliced.error();
+    ASSERT_TRUE(mapped.start({"--model", s, "--bind", "ipc://" + dir + "/mapped.sock", "--mmap"}, dir)) << mapped.error();
+    ComputeRequest r = random_request(1, 3, 17, /*n_choice =*/ 4);
+    for (int32_t & id : r.ids) id += 2;  // experts 2-5
+    WorkerClient a(whole.endpoint(), whole.instance()), b(sliced.endpoint(), sliced.instance()), m(mapped.endpoint(), mapped.instance());
+    const WorkerReply want = ask_compute(a, r);
+    ASSERT_EQ(want.h.kind, (uint16_t) moezip::MsgKind::result) << want.text();
+    const WorkerReply got = ask_compute(b, r);
+    ASSERT_EQ(got.h.kind, (uint16_t) moezip::MsgKind::result) << got.text();
+    ASSERT_EQ(got.frames.size(), want.frames.size());
+    ASSERT_FALSE(want.frames.empty());
+    ASSERT_EQ(got.frames[0].size(), want.frames[0].size());
+    EXPECT_EQ(memcmp(got.frames[0].data(), want.frames[0].data(), want.frames[0].size()), 0) << "the same bits";
+    ASSERT_EQ(ask_compute(m, r).h.kind, (uint16_t) moezip::MsgKind::result);
+    // the last bytes of the slice's data flipped in place (the file is the slice's tensors' bytes after
+    // the header, the last tensor's experts last), and its modification time set back as it was
+    struct stat before;
+    ASSERT_EQ(stat(s.c_str(), &before), 0);
+    {
+        std::fstream f(s, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-64, std::ios::end);
+        char buf[64];
+        f.read(buf, sizeof buf);
+        for (char & ch : buf) ch = (char) ~ch;
+        f.seekp(-64, std::ios::end);
+        f.write(buf, sizeof buf);
+        ASSERT_TRUE((bool) f);
+    }
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(utimensat(AT_FDCWD, s.c_str(), times, 0), 0);
+    const WorkerReply after = ask_compute(m, r);
+    EXPECT_NE(after.h.kind, (uint16_t) moezip::MsgKind::result) << "a mapped slice changed on disk must not be computed from";
+    EXPECT_NE(after.text().find("no longer has the digest hello_ok named"), std::string::npos) << after.text();
 }
 
 // moezip-slice refuses what it cannot cut, naming the reason.
