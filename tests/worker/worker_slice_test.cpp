@@ -175,20 +175,17 @@ TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource
 }
 
 // A slice's keys are not trusted for content: one whose moezip.slice.experts names other experts
-// than it holds (the bytes of 4-7 said to be 0-3), and one whose moezip.slice.n_expert is not the
-// model's, are refused by the coordinator, and the run keeps the single node's logits.
-TEST(WorkerSliceRefusal, ASliceWhoseKeysLieIsRefusedAndTheLogitsStayTheSingleNodes) {
+// than it holds (the bytes of 4-7 said to be 0-3) is refused by the coordinator's digests, and the
+// run keeps the single node's logits.
+TEST(WorkerSliceRefusal, ASliceWhoseRangeLiesIsRefusedAndTheLogitsStayTheSingleNodes) {
     const std::string model = fixture_model(kTinyQ8);
     ASSERT_FALSE(model.empty());
     Cluster c{test_dir("worker_slice_lying_keys"), {}};
-    const std::string cut = c.dir + "/experts-4-7.gguf", other_range = c.dir + "/says-0-3.gguf", other_n = c.dir + "/says-of-9.gguf";
+    const std::string cut = c.dir + "/experts-4-7.gguf", other_range = c.dir + "/says-0-3.gguf";
     ASSERT_EQ(slice(model, "4-7", cut).exit_code, 0);
     ASSERT_TRUE(patch_key(cut, other_range, "moezip.slice.experts", "0-3"));
-    const uint32_t nine = 9;
-    ASSERT_TRUE(patch_key(cut, other_n, "moezip.slice.n_expert", std::string(reinterpret_cast<const char *>(&nine), 4)));
     ASSERT_TRUE(c.start_worker(other_range, "ipc://" + c.dir + "/w0.sock", ""));
-    ASSERT_TRUE(c.start_worker(other_n, "ipc://" + c.dir + "/w1.sock", ""));
-    EXPECT_NE(c.workers[1]->ready_line().find("experts 4-7 of 9"), std::string::npos) << c.workers[1]->ready_line();
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
     CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
     ASSERT_EQ(single.exit_code, 0) << single.err;
     CommandResult r = run_host(c.dir, "lying", model, "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
@@ -196,12 +193,32 @@ TEST(WorkerSliceRefusal, ASliceWhoseKeysLieIsRefusedAndTheLogitsStayTheSingleNod
     expect_same_logits(c.dir, "single", "lying");
     const json rep = load_json(c.dir + "/lying.json");
     ASSERT_EQ(rep["workers"].size(), 2u) << rep["workers"].dump();
-    for (int w = 0; w < 2; ++w) {
-        EXPECT_GT(rep["workers"][w]["refusals"].get<uint64_t>(), 0u) << rep["workers"][w].dump();
-        EXPECT_EQ(rep["workers"][w]["slots"], 0) << "nothing may go to a worker whose slice lies: " << rep["workers"][w].dump();
-    }
+    EXPECT_EQ(rep["workers"][0]["refusals"], 2) << "refused for each of the 2 layers: " << rep["workers"][0].dump();
+    EXPECT_EQ(rep["workers"][0]["slots"], 0) << "nothing may go to a worker whose slice lies: " << rep["workers"][0].dump();
+    EXPECT_GT(rep["workers"][1]["slots"].get<uint64_t>(), 0u) << rep["workers"][1].dump();
     EXPECT_TRUE(errors_mention(rep, "weights differ from this host's (another model file, or a changed or damaged copy); it serves the slice " + other_range)) << rep["errors"].dump();
-    EXPECT_TRUE(errors_mention(rep, "dimensions differ (model file differs?); it serves the slice " + other_n)) << rep["errors"].dump();
+}
+
+// A slice whose moezip.slice.n_expert is not its model's expert count (kept in its metadata) is
+// refused at start naming both keys: the worker would otherwise describe tensors of another shape
+// and reserve memory for that many experts (2^32 - 1 of them: terabytes).
+TEST(WorkerSliceRefusal, ASliceWhoseExpertCountLiesIsRefusedAtStartNamingTheKeys) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_lying_count");
+    const std::string cut = dir + "/experts-4-7.gguf", lie = dir + "/lie.gguf";
+    ASSERT_EQ(slice(model, "4-7", cut).exit_code, 0);
+    for (uint32_t n : {9u, 0xFFFFFFFFu}) {
+        ASSERT_TRUE(patch_key(cut, lie, "moezip.slice.n_expert", std::string(reinterpret_cast<const char *>(&n), 4)));
+        for (const char * mode : {"--mmap", "--repack", "--threads"}) {
+            std::vector<std::string> args = {"--model", lie, "--bind", "ipc://" + dir + "/w.sock", mode};
+            if (std::string(mode) == "--threads") args.push_back("1");
+            CommandResult r = run_tool("moezip-worker", args);
+            EXPECT_EQ(r.exit_code, 1) << n << " " << mode << ": " << r.out << r.err;
+            EXPECT_NE(r.err.find("slice " + lie + ": moezip.slice.n_expert is " + std::to_string(n) + ", but qwen3moe.expert_count is 8"),
+                      std::string::npos) << n << " " << mode << ": " << r.err;
+        }
+    }
 }
 
 // The same request to a worker on the whole model and to one mapping a slice (--mmap: the slice's
