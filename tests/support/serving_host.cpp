@@ -62,8 +62,8 @@ bool ServingHost::wait_until(const std::function<bool(int64_t, int64_t)> & done,
     return false;
 }
 
-const CommandResult & ServingHost::stop() {
-    if (pid_ > 0 && running_) kill(pid_, SIGTERM);
+const CommandResult & ServingHost::stop(int sig) {
+    if (pid_ > 0 && running_) kill(pid_, sig);
     if (thread_.joinable()) thread_.join();
     return result_;
 }

@@ -2,6 +2,8 @@
 // a thread of the test and stopped as a server is, with SIGTERM.
 #pragma once
 
+#include <csignal>
+
 #include "tests/support/cluster.h"
 
 #include <atomic>
@@ -35,8 +37,9 @@ public:
     /// the host exited.
     bool wait_until(const std::function<bool(int64_t served, int64_t failed)> & done, double timeout_s = 60) const;
     bool running() const { return running_; }
-    /// Sends SIGTERM (a server told to stop) and waits for its exit; its status and output.
-    const CommandResult & stop();
+    /// Sends `sig` (SIGTERM: a server told to stop; SIGINT: Ctrl-C) and waits for its exit; its
+    /// status and output.
+    const CommandResult & stop(int sig = SIGTERM);
     /// <dir>/<name>-run.json: its runs (each distinct output once) and "served", "failed".
     const std::string & json_path() const { return json_; }
 

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <ostream>
 #include <string>
@@ -84,6 +85,34 @@ TEST_P(ServerPolicy, AServerWhoseWorkerServedEveryRequestExitsWith0) {
     const json rep = load_json(c.dir + "/serve.json");
     EXPECT_EQ(rep["checks"].value("computes_failed", (int64_t) -1), 0) << rep["checks"].dump();
     EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
+}
+
+// A worker that stops answering without closing its link (SIGSTOP: each request times out), and
+// the server stopped by SIGINT during that outage: under "abort" it still exits with status 4, its
+// report complete and counting the failed computes; the stopped worker does not delay the exit.
+TEST(ServerPolicyOutage, SigintDuringASilentWorkersOutageUnderAbortExitsWithStatus4AndACompleteReport) {
+    const std::string model = tiny_q8();
+    Cluster c{test_dir("server_policy_sigint_outage"), {}};
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w.sock", "4-7"));
+    const PolicyCase p{"abort", "", "on_worker_error = \"abort\"\n"};
+    ServingHost host;
+    ASSERT_TRUE(host.start(model, policy_config(c, "serve", p), c.dir, "serve"));
+    ASSERT_TRUE(host.wait_until([](int64_t served, int64_t) { return served >= 3; })) << "no request was served";
+    ASSERT_EQ(kill(c.workers[0]->pid(), SIGSTOP), 0);
+    const bool failed = host.wait_until([](int64_t, int64_t f) { return f >= 2; });
+    const auto t0 = std::chrono::steady_clock::now();
+    const CommandResult & r = host.stop(SIGINT);
+    const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(c.workers[0]->pid(), SIGCONT);
+    ASSERT_TRUE(failed) << "no request failed while the worker was stopped: " << r.err;
+    EXPECT_LT(stop_s, 10.0) << "the stopped worker held the exit up: " << r.err;
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_NE(r.err.find("The run FAILED (exit status 4)"), std::string::npos) << r.err;
+    const json counts = load_json(host.json_path())["serve"];
+    const json rep = load_json(c.dir + "/serve.json");
+    EXPECT_EQ(rep["complete"], true);
+    EXPECT_GE(rep["checks"].value("computes_failed", (int64_t) -1), counts["failed"].get<int64_t>()) << rep["checks"].dump();
+    EXPECT_GE(rep["workers"][0]["timeouts"].get<int64_t>(), 1) << rep["workers"][0].dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, ServerPolicy,

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -126,4 +127,44 @@ TEST(TwoModelsConfigured, AModelFileThatIsNotThereNamesTheKeyAndFailsRequireInte
     EXPECT_EQ(dist.exit_code, 4) << dist.err;
     // write_moezip_config writes two lines first: `model` is on line 5
     EXPECT_NE(dist.err.find(cfg + ":5: model: \"" + missing + "\": No such file or directory"), std::string::npos) << dist.err;
+}
+
+// `model` names a GGUF file the host never loads (a typo'd path that happens to exist, an old
+// file): nothing is distributed, so require_intercept must fail the run (exit 4) and say that the
+// configured model was never loaded, rather than pass a run computed by the engine alone.
+TEST(TwoModelsConfigured, AConfiguredModelThatIsNeverLoadedFailsRequireIntercept) {
+    const std::string a = model_a(), b = model_b();
+    ASSERT_FALSE(a.empty() || b.empty());
+    Cluster c{test_dir("two_models_named_never_loaded"), {}};
+    ASSERT_TRUE(c.start_worker(b, "ipc://" + c.dir + "/w0.sock", "0-7"));
+    const std::string body = "mode = \"experts\"\nrequire_intercept = true\nmodel = \"" + b + "\"\n" + worker_lines(c, {"0-7"});
+    CommandResult dist = run_preloaded(test_host("two", {a, a}, c.dir + "/dist-run.json", {"--fixture", "24", "-n", "4"}),
+                                       write_moezip_config(c.dir, "dist", body));
+    const json rep = load_json(c.dir + "/dist.json");
+    EXPECT_EQ(sum_layers(rep, "remote_slots"), 0u) << rep["layers"].dump();
+    EXPECT_EQ(dist.exit_code, 4) << "require_intercept with no region of the configured model handled\n" << dist.err;
+    EXPECT_TRUE(errors_mention(rep, "require_intercept: no MoE layer of the distributed model was seen")) << rep["errors"].dump();
+}
+
+// The same file loaded under two names (a symlink), the config naming it by the link: both loads
+// are the distributed model, the workers compute for both, and the runs equal the engine's.
+TEST(TwoModelsConfigured, TheSameFileUnderTwoNamesIsDistributedTwiceBitForBit) {
+    const std::string a = model_a();
+    ASSERT_FALSE(a.empty());
+    Cluster c{test_dir("two_models_same_file"), {}};
+    const std::string link = c.dir + "/a-link.gguf";
+    unlink(link.c_str());
+    ASSERT_EQ(symlink(a.c_str(), link.c_str()), 0);
+    ASSERT_TRUE(c.start_worker(a, "ipc://" + c.dir + "/w0.sock", "4-7"));
+    const std::string body = "mode = \"experts\"\nrequire_intercept = true\nmodel = \"" + link + "\"\n[experts]\nlocal = \"0-3\"\n" +
+                             worker_lines(c, {"4-7"});
+    const std::vector<std::string> extra = {"--fixture", "24", "-n", "8"};
+    ASSERT_EQ(run_command(test_host("two", {a, link}, c.dir + "/plain.json", extra)).exit_code, 0);
+    CommandResult dist = run_preloaded(test_host("two", {a, link}, c.dir + "/dist-run.json", extra), write_moezip_config(c.dir, "dist", body));
+    ASSERT_EQ(dist.exit_code, 0) << dist.err;
+    EXPECT_EQ(host_runs(c.dir + "/plain.json"), host_runs(c.dir + "/dist-run.json"));
+    const json rep = load_json(c.dir + "/dist.json");
+    expect_no_worker_blamed(rep);
+    EXPECT_EQ(rep["other_models"].size(), 0u) << rep["other_models"].dump();
+    EXPECT_GT(sum_layers(rep, "remote_slots"), 0u);
 }

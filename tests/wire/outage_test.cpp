@@ -286,6 +286,95 @@ void takeover_then_reset(const std::string & name, bool curve) {
 
 } // namespace
 
+// Waits up to timeout_ms for process `pid` to hold at most `limit` descriptors; the last count.
+int descriptors_settle(int pid, int limit, int timeout_ms) {
+    const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    int n = open_descriptors(pid);
+    while (n > limit && Clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        n = open_descriptors(pid);
+    }
+    return n;
+}
+
+constexpr int kVanishingCoordinators = 200;
+
+// Coordinators that vanish (SIGKILL right after their hello was answered) 200 times: the worker
+// keeps serving a coordinator connected all along, and its descriptors come back to what they were
+// (a bounded number: a worker that runs for months sees many such ends).
+TEST(Outage, CoordinatorsKilledAfterTheirHelloLeaveNoDescriptorsBehind) {
+    const std::string dir = test_dir("outage_killed_coordinators");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "tcp://127.0.0.1:*"}, dir)) << w.error();
+    const uint16_t hello_ok = (uint16_t) moezip::MsgKind::hello_ok, pong = (uint16_t) moezip::MsgKind::pong;
+    const int fds_before = open_descriptors(w.pid());
+    int answered = 0;
+    for (int i = 0; i < kVanishingCoordinators; ++i) {
+        const pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {  // a coordinator of its own: says hello, then is killed
+            zmq::context_t ctx(1);
+            auto s = dealer_with_id(ctx, w.endpoint(), "vanishing-" + std::to_string(i), 0, "", moezip::CurveKeyPair{});
+            send_all(*s, simple_frames(moezip::MsgKind::hello, 1, hello_json(kRowsPlan)));
+            const bool ok = reply_kind(*s, 10000) == hello_ok;
+            if (!ok) _exit(1);
+            raise(SIGKILL);
+            _exit(2);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(child, &status, 0), child);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++answered;
+    }
+    EXPECT_EQ(answered, kVanishingCoordinators) << "each coordinator's hello was answered before it was killed";
+    zmq::context_t ctx(1);
+    auto link = dealer_with_id(ctx, w.endpoint(), "staying", 0, "", moezip::CurveKeyPair{});
+    send_all(*link, simple_frames(moezip::MsgKind::ping, 1));
+    EXPECT_EQ(reply_kind(*link, 10000), pong) << "the worker serves the next coordinator";
+    // +1: the staying link's own connection
+    const int fds_after = descriptors_settle(w.pid(), fds_before + 1, 20000);
+    EXPECT_LE(fds_after, fds_before + 1) << kVanishingCoordinators << " killed coordinators: descriptors " << fds_before << " before, "
+                                         << fds_after << " after";
+    link->close();
+    EXPECT_EQ(w.stop(SIGTERM, 5000), 0) << w.stderr_text();
+}
+
+// The outage state of takeover_then_reset, made 200 times with 200 routing ids: the worker keeps
+// serving, and its descriptors stay bounded (each reset connection's descriptor is freed).
+// Disabled: it fails with libzmq 4.3.4, which keeps each such descriptor until the worker exits
+// (docs/worker.md "Link outages": 200 events, 17 descriptors before, 218 after); run it with
+// --gtest_also_run_disabled_tests once the worker or libzmq frees them.
+TEST(Outage, DISABLED_ConnectionsTakenOverAndThenResetLeaveNoDescriptorsBehind) {
+    const std::string dir = test_dir("outage_takeover_reset_many");
+    WorkerProcess w;
+    ASSERT_TRUE(w.start({"--model", tiny_q8(), "--bind", "tcp://127.0.0.1:*"}, dir)) << w.error();
+    const uint16_t hello_ok = (uint16_t) moezip::MsgKind::hello_ok, pong = (uint16_t) moezip::MsgKind::pong;
+    const int fds_before = open_descriptors(w.pid());
+    zmq::context_t ctx(1);
+    std::vector<std::unique_ptr<zmq::socket_t>> links;
+    for (int i = 0; i < kVanishingCoordinators; ++i) {
+        const std::string id = "taken-over-" + std::to_string(i);
+        zmq::context_t old_ctx(1);
+        auto old_link = dealer_with_id(old_ctx, w.endpoint(), id, 5000, "", moezip::CurveKeyPair{});
+        send_all(*old_link, simple_frames(moezip::MsgKind::hello, 1, hello_json(kRowsPlan)));
+        ASSERT_EQ(reply_kind(*old_link, 10000), hello_ok) << "cycle " << i;
+        auto link = dealer_with_id(ctx, w.endpoint(), id, 0, "", moezip::CurveKeyPair{});
+        send_all(*link, simple_frames(moezip::MsgKind::hello, 2, hello_json(kRowsPlan)));
+        ASSERT_EQ(reply_kind(*link, 10000), hello_ok) << "cycle " << i;
+        send_all(*old_link, simple_frames(moezip::MsgKind::ping, 3));  // late bytes on the old connection
+        old_link->close();
+        old_ctx.close();
+        link->close();  // the new one ends too: the coordinator went away for good
+    }
+    auto link = dealer_with_id(ctx, w.endpoint(), "staying", 0, "", moezip::CurveKeyPair{});
+    send_all(*link, simple_frames(moezip::MsgKind::ping, 1));
+    EXPECT_EQ(reply_kind(*link, 10000), pong) << "the worker serves the next coordinator";
+    const int fds_after = descriptors_settle(w.pid(), fds_before + 1 + 8, 20000);
+    EXPECT_LE(fds_after, fds_before + 1 + 8) << kVanishingCoordinators << " taken-over connections reset: descriptors " << fds_before
+                                             << " before, " << fds_after << " after";
+    link->close();
+    EXPECT_EQ(w.stop(SIGTERM, 5000), 0) << w.stderr_text();
+}
+
 TEST(Outage, AConnectionWhoseRoutingIdWasTakenOverAndThenResetDoesNotAbortTheWorker) {
     takeover_then_reset("outage_takeover_reset", false);
 }

@@ -8,6 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 using namespace moezip_test;
@@ -20,6 +24,33 @@ const std::vector<std::string> kTinyQ8 = {"--preset", "tiny", "--type", "q8_0"};
 uint64_t file_size(const std::string & path) {
     struct stat st;
     return stat(path.c_str(), &st) == 0 ? (uint64_t) st.st_size : 0;
+}
+
+/// The bytes of `path` ("" when it cannot be read).
+std::string file_bytes(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+/// Copies `in` to `out` with the value of GGUF key `key` overwritten by `value` (the bytes after the
+/// key's type: a u32 as 4 bytes, a string as its u64 length and bytes, `value` of the same length).
+bool patch_key(const std::string & in, const std::string & out, const std::string & key, const std::string & value) {
+    std::string b = file_bytes(in);
+    std::string needle(8, '\0');
+    const uint64_t n = key.size();
+    memcpy(&needle[0], &n, 8);
+    needle += key;
+    const size_t at = b.find(needle);
+    if (at == std::string::npos) return false;
+    size_t v = at + needle.size() + 4;  // past the type
+    uint32_t type = 0;
+    memcpy(&type, &b[at + needle.size()], 4);
+    if (type == 8) v += 8;  // a string: its length first (kept)
+    if (v + value.size() > b.size()) return false;
+    b.replace(v, value.size(), value);
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f << b;
+    return (bool) f;
 }
 
 /// Cuts experts `range` of `model` into `out`; the tool's result (stdout names what it wrote).
@@ -143,6 +174,53 @@ TEST(WorkerSliceRefusal, ASliceOfAnotherModelIsRefusedNamingTheSliceAndItsSource
     EXPECT_TRUE(errors_mention(rep, "it serves the slice " + s + " of " + source + " (experts 4-7")) << rep["errors"].dump();
 }
 
+// A slice's keys are not trusted for content: one whose moezip.slice.experts names other experts
+// than it holds (the bytes of 4-7 said to be 0-3) is refused by the coordinator's digests, and the
+// run keeps the single node's logits.
+TEST(WorkerSliceRefusal, ASliceWhoseRangeLiesIsRefusedAndTheLogitsStayTheSingleNodes) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    Cluster c{test_dir("worker_slice_lying_keys"), {}};
+    const std::string cut = c.dir + "/experts-4-7.gguf", other_range = c.dir + "/says-0-3.gguf";
+    ASSERT_EQ(slice(model, "4-7", cut).exit_code, 0);
+    ASSERT_TRUE(patch_key(cut, other_range, "moezip.slice.experts", "0-3"));
+    ASSERT_TRUE(c.start_worker(other_range, "ipc://" + c.dir + "/w0.sock", ""));
+    ASSERT_TRUE(c.start_worker(model, "ipc://" + c.dir + "/w1.sock", "4-7"));
+    CommandResult single = run_host(c.dir, "single", model, "mode = \"observe\"\n");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    CommandResult r = run_host(c.dir, "lying", model, "mode = \"experts\"\n" + worker_lines(c, {"0-3", "4-7"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_logits(c.dir, "single", "lying");
+    const json rep = load_json(c.dir + "/lying.json");
+    ASSERT_EQ(rep["workers"].size(), 2u) << rep["workers"].dump();
+    EXPECT_EQ(rep["workers"][0]["refusals"], 2) << "refused for each of the 2 layers: " << rep["workers"][0].dump();
+    EXPECT_EQ(rep["workers"][0]["slots"], 0) << "nothing may go to a worker whose slice lies: " << rep["workers"][0].dump();
+    EXPECT_GT(rep["workers"][1]["slots"].get<uint64_t>(), 0u) << rep["workers"][1].dump();
+    EXPECT_TRUE(errors_mention(rep, "weights differ from this host's (another model file, or a changed or damaged copy); it serves the slice " + other_range)) << rep["errors"].dump();
+}
+
+// A slice whose moezip.slice.n_expert is not its model's expert count (kept in its metadata) is
+// refused at start naming both keys: the worker would otherwise describe tensors of another shape
+// and reserve memory for that many experts (2^32 - 1 of them: terabytes).
+TEST(WorkerSliceRefusal, ASliceWhoseExpertCountLiesIsRefusedAtStartNamingTheKeys) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_lying_count");
+    const std::string cut = dir + "/experts-4-7.gguf", lie = dir + "/lie.gguf";
+    ASSERT_EQ(slice(model, "4-7", cut).exit_code, 0);
+    for (uint32_t n : {9u, 0xFFFFFFFFu}) {
+        ASSERT_TRUE(patch_key(cut, lie, "moezip.slice.n_expert", std::string(reinterpret_cast<const char *>(&n), 4)));
+        for (const char * mode : {"--mmap", "--repack", "--threads"}) {
+            std::vector<std::string> args = {"--model", lie, "--bind", "ipc://" + dir + "/w.sock", mode};
+            if (std::string(mode) == "--threads") args.push_back("1");
+            CommandResult r = run_tool("moezip-worker", args);
+            EXPECT_EQ(r.exit_code, 1) << n << " " << mode << ": " << r.out << r.err;
+            EXPECT_NE(r.err.find("slice " + lie + ": moezip.slice.n_expert is " + std::to_string(n) + ", but qwen3moe.expert_count is 8"),
+                      std::string::npos) << n << " " << mode << ": " << r.err;
+        }
+    }
+}
+
 // The same request to a worker on the whole model and to one mapping a slice (--mmap: the slice's
 // pages placed where the whole tensor's layout puts them) gives the same bits; a status change of
 // the slice's file (chmod) makes the mapping worker hash its experts again from the file, which
@@ -175,6 +253,53 @@ TEST(WorkerSliceFile, AMappedSliceComputesTheWholeModelsBitsAndKeepsServingAfter
     EXPECT_EQ(sliced.stderr_text().find("no longer has the digest"), std::string::npos) << sliced.stderr_text();
 }
 
+// A slice served with --repack (its experts copied into the CPU backend's repacked layout) computes
+// the bits of a worker on the whole model with --repack, and one on the slice mapped in place is
+// unchanged by bytes written into the slice after it started (the worker refuses, by name, rather
+// than compute from them, also when the modification time is set back).
+TEST(WorkerSliceFile, ARepackedSliceComputesTheWholeModelsRepackedBitsAndAChangedSliceIsRefused) {
+    const std::string model = fixture_model(kTinyQ8);
+    ASSERT_FALSE(model.empty());
+    const std::string dir = test_dir("worker_slice_repack");
+    const std::string s = dir + "/experts-2-5.gguf";
+    ASSERT_EQ(slice(model, "2-5", s).exit_code, 0);
+    WorkerProcess whole, sliced, mapped;
+    ASSERT_TRUE(whole.start({"--model", model, "--bind", "ipc://" + dir + "/whole.sock", "--experts", "2-5", "--repack"}, dir)) << whole.error();
+    ASSERT_TRUE(sliced.start({"--model", s, "--bind", "ipc://" + dir + "/slice.sock", "--repack"}, dir)) << sliced.error();
+    ASSERT_TRUE(mapped.start({"--model", s, "--bind", "ipc://" + dir + "/mapped.sock", "--mmap"}, dir)) << mapped.error();
+    ComputeRequest r = random_request(1, 3, 17, /*n_choice =*/ 4);
+    for (int32_t & id : r.ids) id += 2;  // experts 2-5
+    WorkerClient a(whole.endpoint(), whole.instance()), b(sliced.endpoint(), sliced.instance()), m(mapped.endpoint(), mapped.instance());
+    const WorkerReply want = ask_compute(a, r);
+    ASSERT_EQ(want.h.kind, (uint16_t) moezip::MsgKind::result) << want.text();
+    const WorkerReply got = ask_compute(b, r);
+    ASSERT_EQ(got.h.kind, (uint16_t) moezip::MsgKind::result) << got.text();
+    ASSERT_EQ(got.frames.size(), want.frames.size());
+    ASSERT_FALSE(want.frames.empty());
+    ASSERT_EQ(got.frames[0].size(), want.frames[0].size());
+    EXPECT_EQ(memcmp(got.frames[0].data(), want.frames[0].data(), want.frames[0].size()), 0) << "the same bits";
+    ASSERT_EQ(ask_compute(m, r).h.kind, (uint16_t) moezip::MsgKind::result);
+    // the last bytes of the slice's data flipped in place (the file is the slice's tensors' bytes after
+    // the header, the last tensor's experts last), and its modification time set back as it was
+    struct stat before;
+    ASSERT_EQ(stat(s.c_str(), &before), 0);
+    {
+        std::fstream f(s, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-64, std::ios::end);
+        char buf[64];
+        f.read(buf, sizeof buf);
+        for (char & ch : buf) ch = (char) ~ch;
+        f.seekp(-64, std::ios::end);
+        f.write(buf, sizeof buf);
+        ASSERT_TRUE((bool) f);
+    }
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(utimensat(AT_FDCWD, s.c_str(), times, 0), 0);
+    const WorkerReply after = ask_compute(m, r);
+    EXPECT_NE(after.h.kind, (uint16_t) moezip::MsgKind::result) << "a mapped slice changed on disk must not be computed from";
+    EXPECT_NE(after.text().find("no longer has the digest hello_ok named"), std::string::npos) << after.text();
+}
+
 // moezip-slice refuses what it cannot cut, naming the reason.
 TEST(SliceTool, RefusesRangesOutsideTheModelSeveralRangesAndSlicesOfSlices) {
     const std::string model = fixture_model(kTinyQ8);
@@ -194,6 +319,54 @@ TEST(SliceTool, RefusesRangesOutsideTheModelSeveralRangesAndSlicesOfSlices) {
     EXPECT_EQ(missing.exit_code, 1);
     EXPECT_NE(missing.err.find(dir + "/none.gguf"), std::string::npos) << missing.err;
     for (const char * f : {"/a.gguf", "/b.gguf", "/d.gguf", "/e.gguf", "/a.gguf.tmp"}) EXPECT_FALSE(file_exists(dir + f)) << f;
+}
+
+// The output is renamed over and OUTPUT.tmp truncated: an output that is the model itself (by a
+// symlink to it, by its own path as OUTPUT.tmp, or a later part of a split model) is refused by
+// name, and the model's bytes stay as they were.
+TEST(SliceTool, RefusesAnOutputThatIsTheModelOrOneOfItsParts) {
+    namespace fs = std::filesystem;
+    const std::string model = fixture_model(kTinyQ8);
+    const std::string split = fixture_model_split(kTinyQ8, 3);
+    ASSERT_FALSE(model.empty());
+    ASSERT_FALSE(split.empty());
+    const std::string dir = test_dir("slice_tool_output_is_model");
+    // copies: a failure here must not destroy the shared fixtures
+    const std::string m = dir + "/m.gguf", link = dir + "/link.gguf", tmp_named = dir + "/t.gguf.tmp";
+    fs::copy_file(model, m, fs::copy_options::overwrite_existing);
+    fs::copy_file(model, tmp_named, fs::copy_options::overwrite_existing);
+    fs::remove(link);
+    fs::create_symlink(m, link);
+    const std::string want = file_bytes(model);
+    ASSERT_FALSE(want.empty());
+
+    CommandResult over = slice(link, "0-3", m);  // the model through a link, its file as the output
+    EXPECT_EQ(over.exit_code, 1) << over.out;
+    EXPECT_NE(over.err.find("-o " + m + ": " + m + " is the model's file " + link + " itself"), std::string::npos) << over.err;
+    EXPECT_TRUE(file_bytes(m) == want) << "the model must keep its bytes";
+
+    CommandResult trunc = slice(tmp_named, "0-3", dir + "/t.gguf");  // the model is OUTPUT.tmp
+    EXPECT_EQ(trunc.exit_code, 1) << trunc.out;
+    EXPECT_NE(trunc.err.find(tmp_named + " is the model's file"), std::string::npos) << trunc.err;
+    EXPECT_TRUE(file_bytes(tmp_named) == want) << "the model must keep its bytes";
+    EXPECT_FALSE(file_exists(dir + "/t.gguf"));
+
+    // a split model whose second part is named as the output
+    const std::string sdir = split.substr(0, split.rfind('/'));
+    const std::string first = dir + "/" + split.substr(split.rfind('/') + 1);
+    std::string second;
+    for (const auto & e : fs::directory_iterator(sdir)) {
+        const std::string name = e.path().filename().string();
+        if (name.find("-of-00003.gguf") == std::string::npos || split.find(name.substr(0, name.size() - 20)) == std::string::npos) continue;
+        fs::copy_file(e.path(), dir + "/" + name, fs::copy_options::overwrite_existing);
+        if (name.find("-00002-of-00003.gguf") != std::string::npos) second = dir + "/" + name;
+    }
+    ASSERT_FALSE(second.empty());
+    const std::string second_bytes = file_bytes(second);
+    CommandResult part = slice(first, "0-3", second);
+    EXPECT_EQ(part.exit_code, 1) << part.out;
+    EXPECT_NE(part.err.find(second + " is the model's file " + second + " itself"), std::string::npos) << part.err;
+    EXPECT_TRUE(file_bytes(second) == second_bytes) << "the part must keep its bytes";
 }
 
 } // namespace

@@ -108,6 +108,18 @@ Status copy_range(const GgufPart & in, uint64_t offset, uint64_t bytes, int out,
     return Status::ok();
 }
 
+// The part of `parts` that `path` is (the same file: its device and inode, so a symlink, a hard link
+// or another spelling of the path is found too); -1 when it is none of them or does not exist.
+int part_named_by(const GgufParts & parts, const std::string & path) {
+    struct stat target;
+    if (stat(path.c_str(), &target) != 0) return -1;
+    for (size_t k = 0; k < parts.parts().size(); ++k) {
+        struct stat st;
+        if (fstat(parts.parts()[k].fd, &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) return (int) k;
+    }
+    return -1;
+}
+
 std::string base_name(const std::string & path) {
     const size_t slash = path.find_last_of('/');
     return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -125,6 +137,14 @@ Status slice_write(const SliceRequest & req, SliceResult & out) {
     st = parts.open(req.model, read);
     if (!st) return st;
     const std::string where = "model " + req.model + ": ";
+    // the output is renamed over, and its .tmp truncated: either being the model (or a part of it)
+    // would destroy the source
+    for (const std::string & o : {req.output, req.output + ".tmp"}) {
+        const int k = part_named_by(parts, o);
+        if (k < 0) continue;
+        return Status::invalid_argument("-o " + req.output + ": " + o + " is the model's file " + parts.parts()[(size_t) k].path +
+                                        " itself: writing the slice there would destroy the model; name another file");
+    }
     SliceInfo already;
     st = slice_info_read(read, parts.parts()[0].gguf, req.model, already);
     if (!st) return st;

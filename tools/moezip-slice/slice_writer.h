@@ -35,7 +35,8 @@ struct SliceResult {
 /// Cuts and writes the slice. Errors, each naming the file: io_error (cannot read the model or a
 /// part, cannot write the output), invalid_argument (not a GGUF MoE model, a slice given as the
 /// model, experts outside 0..n_expert-1 or first > last, expert tensors of unequal expert counts,
-/// a fused or unknown expert tensor).
+/// a fused or unknown expert tensor, an output or its .tmp that is the model's file or one of its
+/// parts: a link or another path to it too).
 Status slice_write(const SliceRequest & req, SliceResult & out);
 
 } // namespace moezip

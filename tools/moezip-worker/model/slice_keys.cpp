@@ -58,6 +58,18 @@ Status slice_info_read(const GgufReadApi & api, const gguf_context * g, const st
         (int64_t) last >= out.n_expert)
         return Status::invalid_argument(where + kSliceKeyExperts + " is \"" + experts + "\", expected FIRST-LAST within 0-" +
                                         std::to_string(out.n_expert - 1) + " (" + kSliceKeyNExpert + ")");
+    // the source's own metadata, which the slice keeps, says how many experts the model has: a
+    // moezip.slice.n_expert that differs is a damaged or edited slice (the worker would describe
+    // tensors of another shape, and reserve memory for that many experts)
+    const int64_t id_arch = key_of(api, g, "general.architecture", GGUF_TYPE_STRING);
+    if (id_arch >= 0) {
+        const std::string count_key = std::string(api.get_val_str(g, id_arch)) + ".expert_count";
+        const int64_t id_count = key_of(api, g, count_key.c_str(), GGUF_TYPE_UINT32);
+        if (id_count >= 0 && (int64_t) api.get_val_u32(g, id_count) != out.n_expert)
+            return Status::invalid_argument(where + kSliceKeyNExpert + " is " + std::to_string(out.n_expert) + ", but " + count_key +
+                                            " is " + std::to_string(api.get_val_u32(g, id_count)) +
+                                            " (a damaged or hand-edited slice: write it again with moezip-slice)");
+    }
     out.first = first;
     out.last = last;
     out.is_slice = true;

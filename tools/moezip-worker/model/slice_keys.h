@@ -47,7 +47,8 @@ struct SliceInfo {
 /// Reads the slice keys of `g` (the first part of a model) into `out` through `api`. A file without
 /// moezip.slice.version is no slice (ok, is_slice false). Errors (invalid_argument naming `path`
 /// and the key): a key missing or of another type, another version, a range that is not
-/// 0 <= first <= last < n_expert; unsupported when api's get_val_* are null.
+/// 0 <= first <= last < n_expert, an n_expert other than the model's `<general.architecture>.expert_count`
+/// (where the slice has that u32 key); unsupported when api's get_val_* are null.
 Status slice_info_read(const GgufReadApi & api, const gguf_context * g, const std::string & path, SliceInfo & out);
 
 /// XXH3-64 of a tensor table, fed one tensor at a time (name, type, ne[0..3]) in file order over
