@@ -392,7 +392,8 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         if (!w.probe_on_connect || !w.link || w.link->handshakes() <= w.handshakes_seen) return false;
         connected_again = true;
         ++w.probes_on_connect;
-        LOG_INFO("worker %s connected again: probing it now (its back-off had %lld ms to run)", w.cfg->endpoint.c_str(),
+        // capped: a worker that flaps (fails, reconnects, fails) would write these three lines per cycle
+        LOG_CAPPED(LogLevel::info, "worker %s connected again: probing it now (its back-off had %lld ms to run)", w.cfg->endpoint.c_str(),
                  (long long) std::chrono::duration_cast<std::chrono::milliseconds>(w.down_until - now).count());
         w.down_until = {};  // the back-off ends here; a failed probe starts the next (mark_failed)
     }
@@ -421,7 +422,7 @@ bool Dispatcher::usable(size_t wi, const MoeRegion & r) {
         }
         w.link->set_instance(w.instance);
         note_inexact(w);
-        if (w.logged_down) LOG_INFO("worker %s is back (instance %s)", w.cfg->endpoint.c_str(), hex64(w.instance).c_str());
+        if (w.logged_down) LOG_CAPPED(LogLevel::info, "worker %s is back (instance %s)", w.cfg->endpoint.c_str(), hex64(w.instance).c_str());
         w.backoff_ms = 0;
         w.logged_down = false;
     }
@@ -520,10 +521,10 @@ void Dispatcher::mark_failed(size_t wi, const Status & why) {
     if (!w.logged_down) {
         const bool here = cfg_.dispatch.on_worker_error == WorkerErrorPolicy::local;
         if (here)
-            LOG_ERROR("worker %s failed: %s; computing its part here, probing it again after %d ms (back-off doubling to 30 s)",
+            LOG_CAPPED(LogLevel::error, "worker %s failed: %s; computing its part here, probing it again after %d ms (back-off doubling to 30 s)",
                       w.cfg->endpoint.c_str(), why.message().c_str(), w.backoff_ms);
         else
-            LOG_ERROR("worker %s failed: %s; on_worker_error = \"abort\": every compute that needs it fails until it is back "
+            LOG_CAPPED(LogLevel::error, "worker %s failed: %s; on_worker_error = \"abort\": every compute that needs it fails until it is back "
                       "(probed again after %d ms, or at once when it connects again), and the process will exit with status 4",
                       w.cfg->endpoint.c_str(), why.message().c_str(), w.backoff_ms);
         w.logged_down = true;
