@@ -125,7 +125,7 @@ MOEZIP_EXPORT void * mmap(void * addr, size_t len, int prot, int flags, int fd, 
         int saved = errno;
         try {
             if (lazy) moezip::session_note_lazy_map(p, len, fd, (long) off);
-            moezip::session_note_file_map(p, len, fd);  // which model file these addresses hold
+            moezip::session_note_file_map(p, len, fd, (uint64_t) off);  // which model file these addresses hold
         } catch (...) {
         }
         errno = saved;

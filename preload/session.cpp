@@ -594,7 +594,7 @@ bool session_map_model_lazily(int fd) {
     return lazy;
 }
 
-void session_note_file_map(const void * addr, size_t len, int fd) {
+void session_note_file_map(const void * addr, size_t len, int fd, uint64_t offset) {
     if (t_in_map_check || fd < 0) return;
     FlagScope guard(t_in_map_check);
     try {
@@ -606,7 +606,7 @@ void session_note_file_map(const void * addr, size_t len, int fd) {
         char magic[4] = {0, 0, 0, 0};
         if (pread(fd, magic, sizeof magic, 0) != (ssize_t) sizeof magic || memcmp(magic, "GGUF", 4) != 0) return;
         const std::string path = fd_link_path(fd);
-        s.model_files.mapped(addr, len, path);
+        s.model_files.mapped(addr, len, path, offset);
         LOG_DEBUG("model file %s mapped (%.1f MiB)", path.c_str(), len / 1048576.0);
     } catch (...) {
     }

@@ -34,10 +34,11 @@ void session_count_sched_graph();
 /// Never throws; false when called again from inside itself (config reading).
 bool session_map_model_lazily(int fd);
 
-/// After a read-only mapping of `fd` (any flags): when fd is a GGUF file (magic "GGUF") and
-/// MOEZIP_CONFIG is set, records [addr, addr + len) as that file's mapping, so a layer's weights
-/// tell which model they belong to (coordinator/memory/model_files.h). Never throws.
-void session_note_file_map(const void * addr, size_t len, int fd);
+/// After a read-only mapping of `fd` from file offset `offset` (any flags): when fd is a GGUF file
+/// (magic "GGUF") and MOEZIP_CONFIG is set, records [addr, addr + len) as that file's mapping, so a
+/// layer's weights tell which model they belong to, and their canaries are read from the file
+/// (coordinator/memory/model_files.h). Never throws.
+void session_note_file_map(const void * addr, size_t len, int fd, uint64_t offset);
 
 /// After a mapping that session_map_model_lazily made without MAP_POPULATE: makes resident now
 /// (MADV_POPULATE_READ) every page this host will read, i.e. all but whole pages of the experts

@@ -11,20 +11,25 @@ uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 } // namespace
 
-uint64_t expert_slice_digest(const void * slice, size_t bytes) {
+uint64_t expert_slice_digest_of_samples(size_t bytes, const void * head, const void * tail) {
     uint8_t buf[8 + 2 * kExpertDigestSample];
     const uint64_t n = bytes;
     memcpy(buf, &n, 8);  // x86-64 is little-endian
     const size_t take = bytes < kExpertDigestSample ? bytes : kExpertDigestSample;
     size_t used = 8;
     if (take > 0) {
-        const uint8_t * p = static_cast<const uint8_t *>(slice);
-        memcpy(buf + used, p, take);
+        memcpy(buf + used, head, take);
         used += take;
-        memcpy(buf + used, p + bytes - take, take);
+        memcpy(buf + used, tail, take);
         used += take;
     }
     return XXH3_64bits(buf, used);
+}
+
+uint64_t expert_slice_digest(const void * slice, size_t bytes) {
+    const uint8_t * p = static_cast<const uint8_t *>(slice);
+    const size_t take = bytes < kExpertDigestSample ? bytes : kExpertDigestSample;
+    return expert_slice_digest_of_samples(bytes, p, take > 0 ? p + bytes - take : p);
 }
 
 uint64_t expert_content_digest(const void * slice, size_t bytes) { return bytes == 0 ? XXH3_64bits(nullptr, 0) : XXH3_64bits(slice, bytes); }

@@ -30,6 +30,10 @@ constexpr size_t kExpertDigestSample = 256;
 /// `slice` may be null when bytes == 0.
 uint64_t expert_slice_digest(const void * slice, size_t bytes);
 
+/// The same canary from its samples: `head` holds the first and `tail` the last min(256, bytes)
+/// bytes of the range (read elsewhere, e.g. from the file). Equals expert_slice_digest of the range.
+uint64_t expert_slice_digest_of_samples(size_t bytes, const void * head, const void * tail);
+
 /// XXH3-64 of all `bytes` bytes of `slice` (XXH3 includes the length). `slice` may be null when
 /// bytes == 0.
 uint64_t expert_content_digest(const void * slice, size_t bytes);

@@ -4,9 +4,24 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+
 namespace moezip {
 
-static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name) {
+// The canary of t's bytes: its samples read with `read_bytes` when it can (so pages of the mapping
+// that were dropped, a worker's experts, are not faulted back in here, nor their cached neighbours
+// by the kernel's fault-around), else from the memory.
+static uint64_t weight_canary(const ggml_tensor * t, size_t bytes, const ByteReaderFn & read_bytes) {
+    const size_t take = bytes < kExpertDigestSample ? bytes : kExpertDigestSample;
+    const uint8_t * p = static_cast<const uint8_t *>(t->data);
+    uint8_t head[kExpertDigestSample], tail[kExpertDigestSample];
+    if (!read_bytes || !read_bytes(p, head, take)) memcpy(head, p, take);
+    if (!read_bytes || !read_bytes(p + bytes - take, tail, take)) memcpy(tail, p + bytes - take, take);
+    return expert_slice_digest_of_samples(bytes, head, tail);
+}
+
+static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name,
+                              const ByteReaderFn & read_bytes) {
     WeightInfo w;
     if (t == nullptr) return w;
     w.name = t->name;
@@ -16,7 +31,7 @@ static WeightInfo weight_info(const ggml_tensor * t, const char * (*type_name)(g
     w.data = t->data;
     // ggml_nbytes for the contiguous GGUF layout of expert tensors (this file binds no ggml function)
     w.bytes = (uint64_t) t->nb[3] * (uint64_t) t->ne[3];
-    w.canary = t->data != nullptr ? expert_slice_digest(t->data, (size_t) w.bytes) : 0;
+    w.canary = t->data != nullptr ? weight_canary(t, (size_t) w.bytes, read_bytes) : 0;
     w.repacked = t->extra != nullptr || w.buffer_type.find("REPACK") != std::string::npos;
     return w;
 }
@@ -33,16 +48,17 @@ static void hash_weight(XXH3_state_t * st, const WeightInfo & w) {
 }
 
 ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & variant,
-                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name) {
+                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name,
+                                  const ByteReaderFn & read_bytes) {
     ProviderEntry e;
     e.il = r.il;
     e.dispatchable = r.dispatchable;
     e.reason = r.reason;
     e.pattern = r.pattern;
     e.n_embd = r.n_embd; e.n_ff = r.n_ff; e.n_expert = r.n_expert; e.n_used = r.n_used;
-    e.gate = weight_info(r.gate_exps, type_name, buft_name);
-    e.up = weight_info(r.up_exps, type_name, buft_name);
-    e.down = weight_info(r.down_exps, type_name, buft_name);
+    e.gate = weight_info(r.gate_exps, type_name, buft_name, read_bytes);
+    e.up = weight_info(r.up_exps, type_name, buft_name, read_bytes);
+    e.down = weight_info(r.down_exps, type_name, buft_name, read_bytes);
     XXH3_state_t * st = XXH3_createState();
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, variant.path.data(), variant.path.size());

@@ -20,6 +20,7 @@
 #include "provider_map/moe_region.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -59,10 +60,16 @@ struct ProviderEntry {
     std::string retired;      ///< why the plan ended ("" while current)
 };
 
+/// Reads `n` bytes at address `at` of the engine's memory into `out` without touching that memory
+/// (e.g. from the file a read-only mapping holds); false when it cannot (then the memory is read).
+using ByteReaderFn = std::function<bool(const void * at, void * out, size_t n)>;
+
 /// Builds the entry for a region found in a graph (names/types through the ggml API table given
-/// as plain callbacks so this file stays free of run-time binding).
+/// as plain callbacks so this file stays free of run-time binding). The canary's samples are read
+/// with `read_bytes` when given and it succeeds, else from the tensors' memory.
 ProviderEntry provider_entry_make(const MoeRegion & r, const BackendVariant & variant,
-                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name);
+                                  const char * (*type_name)(ggml_type), const BufferTypeNameFn & buft_name,
+                                  const ByteReaderFn & read_bytes = nullptr);
 
 /// Compares a region seen now with the planned entry. Errors: mismatch naming the first field
 /// that differs (dimensions, weight name/type/buffer/shape/address/content, CPU variant).

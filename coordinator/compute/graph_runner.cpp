@@ -3,6 +3,7 @@
 #include "coordinator/base/log.h"
 #include "coordinator/base/test_fault.h"
 #include "coordinator/evidence/trace.h"
+#include "coordinator/memory/page_presence.h"
 #include "coordinator/wire/transport.h"
 
 #include <algorithm>
@@ -77,6 +78,16 @@ bool GraphRunner::other_model_locked(const MoeRegion & r) {
 
 bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<bool> & handle) {
     auto buft = [this](const ggml_tensor * t) { return buffer_type_name(t); };
+    // A region's canary samples whose pages are not present here are read from the model file of
+    // their recorded mapping: read through the mapping, a page dropped there (experts mode: a
+    // worker's experts) was faulted back in at every graph, with up to 15 cached neighbours (the
+    // kernel's fault-around). Present pages are read in memory: what the engine computes with, also
+    // when a mapping replaced the recorded one unseen (a deep-bound libllama maps past the shim).
+    ByteReaderFn canary_reader;
+    if (opt_.model_files != nullptr)
+        canary_reader = [this](const void * at, void * out, size_t n) {
+            return !pages_touching_present(at, n) && opt_.model_files->read(at, out, n);
+        };
     handle.assign(regions.size(), false);
     bool ok = true;
     std::vector<uint64_t> retired;
@@ -85,7 +96,7 @@ bool GraphRunner::check_providers(std::vector<MoeRegion> & regions, std::vector<
         for (size_t i = 0; i < regions.size(); ++i) {
             MoeRegion & r = regions[i];
             if (other_model_locked(r)) continue;  // another model's weights: no plan, no worker, handle[i] stays false
-            ProviderEntry now = provider_entry_make(r, variant_, api_.ggml_type_name, buft);
+            ProviderEntry now = provider_entry_make(r, variant_, api_.ggml_type_name, buft, canary_reader);
             auto it = ev_.provider_map.end();
             for (auto p = ev_.provider_map.begin(); p != ev_.provider_map.end(); ++p)
                 if (p->second.il == r.il && p->second.gate.data == now.gate.data) { it = p; break; }

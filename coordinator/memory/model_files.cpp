@@ -1,8 +1,11 @@
 #include "coordinator/memory/model_files.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace moezip {
 
@@ -50,9 +53,9 @@ std::string model_file_identity(const std::string & path) {
     return real;
 }
 
-void ModelFiles::mapped(const void * addr, size_t len, const std::string & path) {
+void ModelFiles::mapped(const void * addr, size_t len, const std::string & path, uint64_t offset) {
     const char * b = static_cast<const char *>(addr);
-    Entry e{b, b + len, path, model_file_identity(path), 0};
+    Entry e{b, b + len, path, model_file_identity(path), 0, offset, nullptr};
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = entries_.size(); i-- > 0;)
         if (overlaps(entries_[i].begin, entries_[i].end, e.begin, e.end)) entries_.erase(entries_.begin() + (long) i);
@@ -75,6 +78,31 @@ void ModelFiles::released(const void * base, size_t len) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = entries_.size(); i-- > 0;)
         if (overlaps(entries_[i].begin, entries_[i].end, b, b + len)) entries_.erase(entries_.begin() + (long) i);
+}
+
+bool ModelFiles::read(const void * addr, void * out, size_t n) const {
+    const char * a = static_cast<const char *>(addr);
+    std::shared_ptr<int> fd;
+    uint64_t at = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry & e) { return a >= e.begin && a + n <= e.end; });
+        if (it == entries_.end()) return false;
+        if (!it->fd) {
+            const int f = open(it->path.c_str(), O_RDONLY | O_CLOEXEC);
+            if (f < 0) return false;
+            it->fd = std::shared_ptr<int>(new int(f), [](int * p) { close(*p); delete p; });
+        }
+        fd = it->fd;  // stays open while this read runs, even if the entry ends meanwhile
+        at = it->offset + (uint64_t) (a - it->begin);
+    }
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t got = pread(*fd, static_cast<char *>(out) + done, n - done, (off_t) (at + done));
+        if (got <= 0) return false;  // an error, or the file is shorter now than it was mapped
+        done += (size_t) got;
+    }
+    return true;
 }
 
 std::string ModelFiles::path_of(const void * addr) const {

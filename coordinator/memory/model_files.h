@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -41,9 +42,14 @@ class ModelFiles {
 public:
     /// A read-only mapping [addr, addr + len) of the GGUF file at `path` (as /proc/self/fd names it)
     /// was made. Records older than it that overlap it end (those addresses were unmapped first).
-    void mapped(const void * addr, size_t len, const std::string & path);
+    /// `offset`: where in the file the mapping starts.
+    void mapped(const void * addr, size_t len, const std::string & path, uint64_t offset = 0);
     /// [base, base + len) is freed (a weight buffer): every mapping record overlapping it ends.
     void released(const void * base, size_t len);
+    /// Reads [addr, addr + n) of a recorded mapping from its file (pread) instead of the mapping, so
+    /// no page of it enters this process's page tables. False when no recorded mapping holds the
+    /// whole range or the file cannot be read whole there.
+    bool read(const void * addr, void * out, size_t n) const;
     /// The file holding `addr` ("" when no recorded mapping does).
     std::string path_of(const void * addr) const;
     /// The identity (model_file_identity) of the oldest file still mapped; "" when none is.
@@ -61,6 +67,8 @@ private:
         const char * end;
         std::string path, identity;
         uint64_t seq;
+        uint64_t offset;                // of begin in the file
+        mutable std::shared_ptr<int> fd;       // opened at the first read, closed with the last copy of the entry
     };
     mutable std::mutex mu_;
     std::vector<Entry> entries_;

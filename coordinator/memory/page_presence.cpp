@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <mutex>
 #include <string>
 #include <unistd.h>
 
@@ -38,6 +39,26 @@ Status pages_present_bytes(std::vector<std::pair<uintptr_t, uintptr_t>> ranges, 
     }
     close(fd);
     return st;
+}
+
+bool pages_touching_present(const void * p, size_t n) {
+    static std::mutex mu;
+    static int fd = -1;
+    static pid_t fd_pid = 0;
+    const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) / page, last = (reinterpret_cast<uintptr_t>(p) + (n > 0 ? n - 1 : 0)) / page;
+    std::lock_guard<std::mutex> lock(mu);
+    if (fd < 0 || fd_pid != getpid()) {  // a forked child reads its own page tables, not its parent's
+        if (fd >= 0) close(fd);
+        fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        fd_pid = getpid();
+        if (fd < 0) return false;
+    }
+    for (uintptr_t q = first; q <= last; ++q) {
+        uint64_t e = 0;
+        if (pread(fd, &e, sizeof e, (off_t) (q * sizeof e)) != (ssize_t) sizeof e || !(e >> 63)) return false;
+    }
+    return true;
 }
 
 } // namespace moezip

@@ -21,4 +21,9 @@ namespace moezip {
 /// per page (2 MiB of pagemap per GiB).
 Status pages_present_bytes(std::vector<std::pair<uintptr_t, uintptr_t>> ranges, uint64_t & pages, uint64_t & present);
 
+/// True when every page touching [p, p + n) is present in this process's page tables (a read there
+/// faults nothing in); false when one is not or /proc/self/pagemap cannot be read. Thread-safe; the
+/// pagemap is opened once per process (again after a fork).
+bool pages_touching_present(const void * p, size_t n);
+
 } // namespace moezip

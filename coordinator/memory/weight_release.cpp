@@ -58,8 +58,11 @@ Status file_backed_read_only(const std::vector<MemoryMapping> & maps, const void
     return Status::ok();
 }
 
-Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std::vector<MemoryMapping> & maps, uint64_t & released) {
-    if (ranges.empty()) return Status::ok();
+namespace {
+
+// Ranges of t's data are inside its nb[2] x n_expert bytes, and those bytes are a read-only shared
+// file mapping (else nothing may be dropped).
+Status checked_tensor_ranges(const ggml_tensor * t, const ByteRanges & ranges, const std::vector<MemoryMapping> & maps) {
     const uint64_t total = (uint64_t) t->nb[2] * (uint64_t) t->ne[2];  // every expert: checked whole, whatever is released
     for (const auto & r : ranges)
         if (r.first > r.second || r.second > total)
@@ -68,25 +71,41 @@ Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std
     std::string file;
     Status st = file_backed_read_only(maps, t->data, (size_t) total, file);
     if (!st) return Status::unsupported(std::string(t->name) + ": " + st.message());
+    return Status::ok();
+}
+
+// madvise(MADV_DONTNEED) on the whole pages inside each merged address range (touching or
+// overlapping ranges merge first). `what` names the memory in an error.
+Status drop_whole_pages(ByteRanges ranges, const std::string & what, uint64_t & released) {
     std::sort(ranges.begin(), ranges.end());
     const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
     for (size_t i = 0; i < ranges.size();) {
         uint64_t first = ranges[i].first, last = ranges[i].second;
         size_t j = i + 1;
         while (j < ranges.size() && ranges[j].first <= last) last = std::max(last, ranges[j++].second);  // neighbours merge
-        uintptr_t b = base + (uintptr_t) first, e = base + (uintptr_t) last;
+        uintptr_t b = (uintptr_t) first, e = (uintptr_t) last;
         b = (b + page - 1) / page * page;  // whole pages inside the merged range only
         e = e / page * page;
         if (e > b) {
             if (madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED) != 0)
-                return Status::io_error(std::string(t->name) + ": madvise(MADV_DONTNEED) failed: " + strerror(errno) +
+                return Status::io_error(what + ": madvise(MADV_DONTNEED) failed: " + strerror(errno) +
                                         (errno == EINVAL ? " (mlock'ed weights cannot be released)" : ""));
             released += e - b;
         }
         i = j;
     }
     return Status::ok();
+}
+
+} // namespace
+
+Status release_tensor_ranges(const ggml_tensor * t, ByteRanges ranges, const std::vector<MemoryMapping> & maps, uint64_t & released) {
+    if (ranges.empty()) return Status::ok();
+    Status st = checked_tensor_ranges(t, ranges, maps);
+    if (!st) return st;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+    for (auto & r : ranges) r = {base + r.first, base + r.second};
+    return drop_whole_pages(std::move(ranges), t->name, released);
 }
 
 ByteRanges rows_outside_slice(const ggml_tensor * t, int64_t ff_first, int64_t ff_count) {
@@ -132,14 +151,27 @@ bool WeightReleaseTally::release(const std::vector<std::pair<const ggml_tensor *
         return false;
     }
     const std::vector<MemoryMapping> maps = memory_mappings_parse(proc_self_maps());
-    const int64_t rss_before = proc_status_kib("VmRSS");
+    // Every range as addresses, merged across tensors: a page shared by two dropped ranges of
+    // neighbouring tensors (gate, up and down lie back to back in the file) is dropped too. Per
+    // tensor, such a page was never dropped, and a read nearby (the kernel's fault-around maps up to
+    // 16 cached neighbours of a faulting page) kept it resident.
+    ByteRanges at;
     for (const auto & d : drop) {
-        Status st = release_tensor_ranges(d.first, d.second, maps, advised_bytes);
+        Status st = checked_tensor_ranges(d.first, d.second, maps);
         if (!st) {
             not_released = st.message();
             LOG_INFO("keeping %s resident here: %s", what, st.message().c_str());
             return false;
         }
+        const uintptr_t base = reinterpret_cast<uintptr_t>(d.first->data);
+        for (const auto & r : d.second) at.push_back({base + r.first, base + r.second});
+    }
+    const int64_t rss_before = proc_status_kib("VmRSS");
+    Status st = drop_whole_pages(at, "expert weights", advised_bytes);
+    if (!st) {
+        not_released = st.message();
+        LOG_INFO("keeping %s resident here: %s", what, st.message().c_str());
+        return false;
     }
     ++parts;
     const int64_t rss_after = proc_status_kib("VmRSS");

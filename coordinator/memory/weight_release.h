@@ -63,8 +63,10 @@ struct WeightReleaseTally {
     uint64_t parts = 0;              ///< releases done (experts: (layer, worker); shard: (layer, slice))
     std::string not_released;        ///< why memory is kept: the first reason found, then nothing more is tried
 
-    /// Drops every (tensor, byte ranges) of `drop` (release_tensor_ranges), measuring VmRSS around
-    /// it. `kept_why`: a reason found before (config), recorded instead. On the first failure the
+    /// Drops every (tensor, byte ranges) of `drop` (as release_tensor_ranges, but the ranges of all
+    /// tensors merged by address: a page shared by dropped ranges of two neighbouring tensors is
+    /// dropped too), measuring VmRSS around it. Nothing is dropped unless every tensor passes
+    /// release_tensor_ranges' checks. `kept_why`: a reason found before (config), recorded instead. On the first failure the
     /// reason is recorded and logged as `what`; later calls then do nothing. True when released.
     bool release(const std::vector<std::pair<const ggml_tensor *, ByteRanges>> & drop, const std::string & kept_why, const char * what);
     /// Adds advised_bytes, rss_dropped_bytes, released_parts and not_released (when set) to `j`.

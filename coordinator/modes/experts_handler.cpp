@@ -418,10 +418,16 @@ Status ExpertsHandler::merge_partial(const MoeRegion & r, std::vector<Part> & pa
 void ExpertsHandler::release_unowned(const MoeRegion & r, size_t w) {
     released_.insert({r.plan_id, w});
     if (!release_.not_released.empty()) return;
-    std::vector<int> experts;  // w's experts this host does not own (replicas of its own stay resident)
-    for (size_t e = 0; e < owner_sets_.size(); ++e)
-        if (owners_[e] != -1 && std::find(owner_sets_[e].begin(), owner_sets_[e].end(), (int) w) != owner_sets_[e].end())
-            experts.push_back((int) e);
+    // The experts this host does not own (replicas of its own stay resident) of every worker released
+    // for this plan, w included: dropped together, a page shared by two workers' experts (a slice
+    // boundary inside a page) is dropped too; per worker it never was, and reads nearby (the
+    // kernel's fault-around at a fault maps up to 16 cached neighbouring pages) kept it resident.
+    std::vector<int> experts;
+    for (size_t e = 0; e < owner_sets_.size(); ++e) {
+        if (owners_[e] == -1) continue;
+        for (int o : owner_sets_[e])
+            if (o >= 0 && released_.count({r.plan_id, (size_t) o})) { experts.push_back((int) e); break; }
+    }
     const std::string kept_why = config_why_experts_resident(cfg_);
     if (kept_why.empty() && experts.empty()) return;  // every expert w serves is this host's too
     std::vector<std::pair<const ggml_tensor *, ByteRanges>> drop;
