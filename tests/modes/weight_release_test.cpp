@@ -2,6 +2,10 @@
 // whole pages of the named experts leave this process, the bytes read back unchanged from the
 // file, and memory that is not a read-only file mapping is never touched.
 #include "coordinator/memory/weight_release.h"
+#include "coordinator/memory/model_files.h"
+#include "coordinator/memory/page_presence.h"
+#include "provider_map/expert_digest.h"
+#include "provider_map/provider_map.h"
 #include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -197,6 +201,68 @@ TEST(WeightRelease, TouchingRangesAreMergedBeforeWholePagesAreDropped) {
     EXPECT_TRUE(m.unchanged());
     st = release_tensor_ranges(&m.t, {{0, 4 * slice + 1}}, maps_now(), released);
     EXPECT_EQ(st.code(), Status::Code::invalid_argument) << st.to_string();
+}
+
+TEST(WeightRelease, APageSharedByTwoTensorsDroppedRangesIsDropped) {
+    // gate and up back to back as llama.cpp maps them: 3 experts of 1.25 pages each, so the tensors
+    // meet inside page 3. Dropping up's last expert and gate's first touches that page from both
+    // sides: merged by address it is whole, per tensor it never was (and stayed resident).
+    const std::string dir = moezip_test::test_dir("weight_release_two_tensors");
+    const size_t slice = kPage * 5 / 4;
+    MappedExperts m(dir, slice, 6);
+    ASSERT_NE(m.map, MAP_FAILED);
+    ggml_tensor up = m.t, gate = m.t;
+    up.ne[2] = gate.ne[2] = 3;
+    up.nb[3] = gate.nb[3] = 3 * slice;
+    gate.data = static_cast<char *>(m.map) + 3 * slice;
+    strcpy(gate.name, "blk.0.ffn_gate_exps.weight");
+    WeightReleaseTally tally;
+    ByteRanges up_last, gate_first;
+    ASSERT_TRUE(expert_slice_ranges(&up, {2}, up_last));
+    ASSERT_TRUE(expert_slice_ranges(&gate, {0}, gate_first));
+    // [2.5, 3.75) and [3.75, 5) pages: whole pages 3 and 4 together
+    ASSERT_TRUE(tally.release({{&up, up_last}, {&gate, gate_first}}, "", "the experts workers own")) << tally.not_released;
+    EXPECT_EQ(tally.advised_bytes, (uint64_t) 2 * kPage);
+    EXPECT_EQ(tally.parts, 1u);
+    uint64_t pages = 0, present = 0;
+    const uintptr_t b = reinterpret_cast<uintptr_t>(m.map);
+    ASSERT_TRUE(pages_present_bytes({{b + 3 * kPage, b + 5 * kPage}}, pages, present));
+    EXPECT_EQ(pages, (uint64_t) 2 * kPage);
+    EXPECT_EQ(present, 0u) << "the page the two tensors share is still resident";
+    // 7.5 pages mapped: 8 resident (MAP_POPULATE), 2 dropped
+    EXPECT_EQ(mapping_rss_bytes(m.map), (int64_t) (6 * kPage));
+    EXPECT_TRUE(m.unchanged());
+}
+
+TEST(WeightRelease, CanarySamplesOfDroppedPagesAreReadFromTheFileNotFaultedIn) {
+    // A plan's canary (provider_map.h) reads the first and last 256 bytes of each expert tensor at
+    // every graph. With a reader for pages not present here (the model file of the recorded
+    // mapping), dropped pages stay out of this process, and the canary is the one memory gives.
+    const std::string dir = moezip_test::test_dir("weight_release_canary");
+    MappedExperts m(dir, 4 * kPage, 4);
+    ASSERT_NE(m.map, MAP_FAILED);
+    ModelFiles files;
+    files.mapped(m.map, m.bytes.size(), m.path, 0);
+    ASSERT_EQ(madvise(m.map, m.bytes.size(), MADV_DONTNEED), 0);
+    ASSERT_EQ(mapping_rss_bytes(m.map), 0);
+    MoeRegion r;
+    r.gate_exps = r.up_exps = r.down_exps = &m.t;
+    BackendVariant v;
+    const ByteReaderFn from_file = [&files](const void * at, void * out, size_t n) {
+        return !pages_touching_present(at, n) && files.read(at, out, n);
+    };
+    const ProviderEntry read_from_file = provider_entry_make(r, v, nullptr, nullptr, from_file);
+    EXPECT_EQ(mapping_rss_bytes(m.map), 0) << "the canary faulted dropped pages back in";
+    const ProviderEntry read_in_memory = provider_entry_make(r, v, nullptr, nullptr);
+    EXPECT_GT(mapping_rss_bytes(m.map), 0);
+    EXPECT_EQ(read_from_file.gate.canary, read_in_memory.gate.canary);
+    EXPECT_EQ(read_from_file.gate.canary, expert_slice_digest(m.bytes.data(), m.bytes.size()));
+    EXPECT_EQ(read_from_file.identity, read_in_memory.identity);
+    // present pages are read in memory: the reader declines them
+    uint8_t head[16];
+    EXPECT_FALSE(from_file(m.map, head, sizeof head));
+    // outside any recorded mapping the file cannot be read
+    EXPECT_FALSE(files.read(head, head, sizeof head));
 }
 
 TEST(WeightRelease, RejectsAnExpertOutsideTheTensor) {
