@@ -195,10 +195,7 @@ const TestEngine * hybrid_engine(std::string & why) {
     return e;
 }
 
-// Disabled until it passes: the outputs equal the plain hybrid run, but 43 pages of the workers'
-// experts are resident here at exit (memory.worker_experts_resident_bytes 176128, expected 0).
-// Run it with --gtest_also_run_disabled_tests.
-TEST(Hybrid, DISABLED_LlamaCompletionCpuMoeInExpertsAndRowsModeEqualsThePlainHybridRun) {
+TEST(Hybrid, LlamaCompletionCpuMoeInExpertsAndRowsModeEqualsThePlainHybridRun) {
     std::string why;
     const TestEngine * e = hybrid_engine(why);
     if (e == nullptr) GTEST_SKIP() << why;
@@ -265,10 +262,7 @@ TEST(Hybrid, NCpuMoeTwoHandlesTheCpuLayersAndNamesTheOthers) {
     EXPECT_NE(experts.err.find("layers 2, 3: experts in the accelerator's memory"), std::string::npos) << experts.err;
 }
 
-// Disabled until it passes: on the random-weights fixture the plain hybrid server itself answers
-// the chat request with HTTP 500 ("does not match the expected Content-only format"), so the
-// comparison cannot hold. Run it with --gtest_also_run_disabled_tests.
-TEST(Hybrid, DISABLED_LlamaServerTwoSlotsCpuMoeAnswersLikeThePlainHybridServer) {
+TEST(Hybrid, LlamaServerTwoSlotsCpuMoeAnswersLikeThePlainHybridServer) {
     std::string why;
     const TestEngine * e = hybrid_engine(why);
     if (e == nullptr) GTEST_SKIP() << why;
