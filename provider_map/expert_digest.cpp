@@ -53,7 +53,11 @@ uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_ten
 
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
                                    const ggml_tensor * gate_b, const ggml_tensor * up_b, const ggml_tensor * down_b, int64_t e) {
-    uint64_t d = expert_identity_digest_of(gate_exps, up_exps, down_exps, e);
+    return expert_identity_digest_with_biases(expert_identity_digest_of(gate_exps, up_exps, down_exps, e), gate_b, up_b, down_b, e);
+}
+
+uint64_t expert_identity_digest_with_biases(uint64_t d, const ggml_tensor * gate_b, const ggml_tensor * up_b,
+                                            const ggml_tensor * down_b, int64_t e) {
     const ggml_tensor * biases[3] = {gate_b, up_b, down_b};
     for (int i = 0; i < 3; ++i) {
         if (biases[i] == nullptr) continue;

@@ -59,4 +59,10 @@ uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_ten
 uint64_t expert_identity_digest_of(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
                                    const ggml_tensor * gate_b, const ggml_tensor * up_b, const ggml_tensor * down_b, int64_t e);
 
+/// The bias part of the digest above: `d` (expert_identity_digest of the three slices' content
+/// digests) XORed with rotl64(XXH3-64 of column e, 3 + i) of each bias i present. For callers that
+/// hashed the slices themselves (the worker hashes each tensor as it reads it).
+uint64_t expert_identity_digest_with_biases(uint64_t d, const ggml_tensor * gate_b, const ggml_tensor * up_b,
+                                            const ggml_tensor * down_b, int64_t e);
+
 } // namespace moezip

@@ -10,11 +10,14 @@
 //
 // Prints one line to stdout once the socket is bound and the experts are loaded:
 //   moezip-worker: serving <endpoint> experts <ranges> of <n_expert> (<n> MoE layers, <x> MiB of
-//   expert weights in memory, cpu <variant>, instance <id>, curve <public key>|plain; layers <ranges> from <file>)
+//   expert weights in memory, cpu <variant>, instance <id>, curve <public key>|plain; layers <ranges> from <file>),
+//   ready in <s> s (experts loaded in <s> s, <rate> MB/s)
 // where a split model lists each file with the layers whose expert tensors it holds:
 //   ...; layers 0-3 from 3 files: m-00001-of-00003.gguf (0), m-00002-of-00003.gguf (1-2), ...)
 // or, serving an expert slice (moezip-slice):
 //   ...; layers 0-1 from s.gguf, a slice of m.gguf (experts 0-3 of 8, tensor table <16 hex>))
+// Loading prints progress lines to stderr (model/load_progress.h; MOEZIP_WORKER_PROGRESS_MS) and,
+// just before the ready line, "moezip-worker: loaded <x> MiB of expert weights in <s> s (...)".
 // Serves until SIGTERM/SIGINT, prints its counters to stderr and exits 0. Exit 2: bad flags or
 // config, keys that cannot be read, or a non-loopback bind without a key (and without --insecure);
 // exit 1: the engine or the model could not be loaded, or the endpoint could not be bound.
@@ -31,6 +34,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -140,6 +144,7 @@ int resolve_security(const WorkerSettings & s, moezip::WorkerServerOptions & opt
 } // namespace
 
 int main(int argc, char ** argv) {
+    const auto started = std::chrono::steady_clock::now();  // "ready in" on the ready line counts from here
     CLI::App app{"moezip-worker: computes MoE experts of a GGUF model for moezip coordinators (ZeroMQ ROUTER).\n"
                  "A non-loopback bind needs a CURVE key and an allow-list of coordinators (--key, --allow) or --insecure."};
     std::string model, bind, experts_text, config_path, keygen_dir, key, engine_dir;
@@ -228,27 +233,37 @@ int main(int argc, char ** argv) {
                        "mmap (--mmap or [worker_server] mmap) does not apply with it");
     moezip::Status st = moezip::worker_faults_parse(getenv(moezip::kWorkerFaultEnv), opt.faults);
     if (!st) return fail(2, st.message());
+    int progress_ms = moezip::kWorkerProgressDefaultMs;
+    std::string progress_why;
+    if (!moezip::load_progress_interval_parse(getenv(moezip::kWorkerProgressEnv), progress_ms, progress_why))
+        return fail(2, progress_why);
     const long fd_limit = moezip::worker_raise_fd_limit();
 
     moezip::WorkerEngine engine;
     st = moezip::worker_engine_load(engine, engine_dir);
     if (!st) return fail(1, st.message());
+    const double model_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     moezip::WorkerModel weights;
-    st = weights.load({s.model, s.experts, s.use_mmap, s.repack ? &engine.repack : nullptr}, engine.read_api());
+    st = weights.load({s.model, s.experts, s.use_mmap, s.repack ? &engine.repack : nullptr, stderr, progress_ms}, engine.read_api());
     if (!st) return fail(1, st.message());
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
     moezip::worker_install_signal_handlers();
     moezip::WorkerCounters counters;
     bool served = false;
     auto on_ready = [&](const std::string & endpoint) {
         served = true;
+        // the load's own line first (stderr), then the ready line, whose tail says the time from start to ready
+        fprintf(stderr, "moezip-worker: %s\n", weights.load_summary().c_str());
+        const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         printf("moezip-worker: serving %s experts %s of %lld (%zu MoE layers, %.1f MiB of expert weights %s, cpu %s, instance %s, "
-               "%s%s; %s)\n",
+               "%s%s; %s), ready in %.2f s (experts loaded in %.2f s, %.1f MB/s)\n",
                endpoint.c_str(), moezip::expert_ranges_format(weights.served()).c_str(), (long long) weights.n_expert(),
                weights.layers().size(), (double) weights.served_bytes() / (1024.0 * 1024.0),
                s.use_mmap ? "mapped from the file (resident once read)" : s.repack ? "repacked where the engine repacks" : "read into memory", engine.cpu_variant.c_str(),
                moezip::hex64(opt.instance).c_str(), opt.key.public_key.empty() ? "plain" : "curve ",
-               opt.key.public_key.c_str(), files_text(weights).c_str());
+               opt.key.public_key.c_str(), files_text(weights).c_str(), ready_s, load_s - model_s,
+               load_s - model_s > 0 ? (double) weights.served_bytes() / 1e6 / (load_s - model_s) : 0.0);
         fprintf(stderr, "moezip-worker: per-request budget %s; %zu coordinator key%s admitted; descriptor limit %ld\n",
                 moezip::budget_describe(opt.budget).c_str(), opt.allow.size(), opt.allow.size() == 1 ? "" : "s", fd_limit);
         fflush(stdout);

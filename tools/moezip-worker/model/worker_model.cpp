@@ -1,4 +1,5 @@
 #include "tools/moezip-worker/model/worker_model.h"
+#include "tools/moezip-worker/model/load_jobs.h"
 
 #include "coordinator/base/log.h"
 #include "coordinator/wire/protocol.h"
@@ -18,6 +19,9 @@
 namespace moezip {
 
 namespace {
+
+// The most one pread or populate call reads while loading: progress is counted between them.
+constexpr uint64_t kReadChunk = 64ull << 20;
 
 // The expert tensors of one layer (tensor nullptr = absent).
 struct LayerIds {
@@ -222,6 +226,7 @@ Status WorkerModel::place_mmap() {
         bases.push_back(static_cast<uint8_t *>(base));
     }
     const uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
+    std::vector<std::function<Status()>> jobs;  // one per expert tensor: fault its served slices in, hash them
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {  // small: read whole when first used
             if (t == nullptr) continue;
@@ -239,19 +244,28 @@ Status WorkerModel::place_mmap() {
                 base = data;
                 off = 0;
             }
-            for (const ExpertRange & r : served_) {  // read the served slices in now
-                // page-aligned addresses (a slice's data is not page-aligned: its window's start is)
-                uintptr_t a = reinterpret_cast<uintptr_t>(base + off + (uint64_t) r.first * t->nb[2]);
-                const uintptr_t b = reinterpret_cast<uintptr_t>(base + off + (uint64_t) (r.last + 1) * t->nb[2]);
-                a -= a % page;
-                // by faults, so readahead builds the folios the advice above asks for; MADV_WILLNEED
-                // would read them at the minimum folio order (4 KiB: mm/readahead.c, force_page_cache_ra).
-                // Before Linux 5.14 (no MADV_POPULATE_READ) the pages come in at first use.
-                madvise(reinterpret_cast<void *>(a), b - a, MADV_POPULATE_READ);
-            }
+            jobs.push_back([this, t, base, off, page]() {
+                for (const ExpertRange & r : served_) {  // read the served slices in now, a chunk at a time (progress)
+                    const uint64_t first = off + (uint64_t) r.first * t->nb[2], end = off + (uint64_t) (r.last + 1) * t->nb[2];
+                    for (uint64_t at = first; at < end; at += kReadChunk) {
+                        const uint64_t until = std::min<uint64_t>(end, at + kReadChunk);
+                        // page-aligned addresses (a slice's data is not page-aligned: its window's start is)
+                        uintptr_t a = reinterpret_cast<uintptr_t>(base + at);
+                        const uintptr_t b = reinterpret_cast<uintptr_t>(base + until);
+                        a -= a % page;
+                        // by faults, so readahead builds the folios the advice above asks for; MADV_WILLNEED
+                        // would read them at the minimum folio order (4 KiB: mm/readahead.c, force_page_cache_ra).
+                        // Before Linux 5.14 (no MADV_POPULATE_READ) the pages come in at first use.
+                        madvise(reinterpret_cast<void *>(a), b - a, MADV_POPULATE_READ);
+                        if (progress_ != nullptr) progress_->add(until - at);
+                    }
+                }
+                hash_served_slices(t);
+                return Status::ok();
+            });
         }
     }
-    return Status::ok();
+    return run_load_jobs(jobs);
 }
 
 // A slice's tensor mapped where its full-model layout puts it: a reservation of the full size
@@ -292,12 +306,15 @@ Status WorkerModel::read_into(const ggml_tensor * t, uint64_t start, uint64_t wa
     const uint64_t off = loc(t).offset - before;
     uint64_t done = 0;
     while (done < want) {
-        ssize_t n = pread(part.fd, dst + done, want - done, (off_t) (off + start + done));
+        // in chunks, so that progress is counted while a tensor's gigabyte is read
+        const uint64_t chunk = std::min<uint64_t>(want - done, kReadChunk);
+        ssize_t n = pread(part.fd, dst + done, chunk, (off_t) (off + start + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
             return Status::io_error("model " + part.path + ": reading " + t->name + ": " +
                                     (n < 0 ? strerror(errno) : "unexpected end of file"));
         done += (uint64_t) n;
+        if (progress_ != nullptr) progress_->add((uint64_t) n);
     }
     return Status::ok();
 }
@@ -430,6 +447,16 @@ void WorkerModel::no_huge_pages(const ggml_tensor * t) const {
     if (!mapped_) madvise(t->data, api_->ggml_nbytes(t), MADV_NOHUGEPAGE);
 }
 
+uint64_t WorkerModel::bytes_to_read(bool use_mmap) const {
+    uint64_t bytes = 0;
+    for (const WorkerLayer & l : layers_) {
+        for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) bytes += (uint64_t) expert_ranges_count(served_) * t->nb[2];
+        for (const ggml_tensor * t : {l.gate_b, l.up_b, l.down_b})
+            if (t != nullptr && !use_mmap) bytes += stored_bytes(t);  // mapped biases are read at first use
+    }
+    return bytes;
+}
+
 Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
     for (const ExpertRange & r : served_) {
         Status st = read_range(t, base, (uint64_t) r.first * t->nb[2], (uint64_t) (r.last - r.first + 1) * t->nb[2]);
@@ -438,7 +465,20 @@ Status WorkerModel::read_slices(ggml_tensor * t, uint8_t * base) {
     return Status::ok();
 }
 
+void WorkerModel::hash_served_slices(const ggml_tensor * t) {
+    auto it = slice_digests_.find(t);
+    if (it == slice_digests_.end()) return;
+    for (const ExpertRange & r : served_)
+        for (int e = r.first; e <= r.last; ++e)
+            it->second[(size_t) e] = expert_content_digest(static_cast<const uint8_t *>(t->data) + (size_t) e * t->nb[2], t->nb[2]);
+}
+
+Status WorkerModel::run_load_jobs(const std::vector<std::function<Status()>> & jobs) const {
+    return load_jobs_run(jobs, load_jobs_threads());
+}
+
 Status WorkerModel::place_anonymous() {
+    std::vector<std::function<Status()>> jobs;  // one per expert tensor: read its served slices, hash them
     for (WorkerLayer & l : layers_) {
         for (ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) {
             const size_t bytes = api_->ggml_nbytes(t);
@@ -448,8 +488,11 @@ Status WorkerModel::place_anonymous() {
             maps_.emplace_back(p, bytes);
             madvise(p, bytes, MADV_HUGEPAGE);  // a hint; fails harmlessly without THP
             t->data = p;
-            Status st = read_slices(t, static_cast<uint8_t *>(p));
-            if (!st) return st;
+            jobs.push_back([this, t]() {
+                Status st = read_slices(t, static_cast<uint8_t *>(t->data));
+                if (st) hash_served_slices(t);
+                return st;
+            });
         }
         for (ggml_tensor * t : {l.gate_b, l.up_b, l.down_b}) {
             if (t == nullptr) continue;
@@ -463,17 +506,24 @@ Status WorkerModel::place_anonymous() {
             if (!st) return st;
         }
     }
-    return Status::ok();
+    return run_load_jobs(jobs);
 }
 
 void WorkerModel::compute_digests() {
     for (WorkerLayer & l : layers_) {
         const ExpertWeights & w = l.weights;
+        const bool hashed = !l.repacked && l.local_of.empty() && slice_digests_.count(l.gate_exps) && slice_digests_.count(l.up_exps) &&
+                            slice_digests_.count(l.down_exps);
         for (const ExpertRange & r : served_)
             for (int e = r.first; e <= r.last; ++e)
-                l.digests[e] = expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
-                                                         l.local_of.empty() ? e : l.local_of[(size_t) e]);
+                l.digests[e] = hashed ? expert_identity_digest_with_biases(
+                                            expert_identity_digest(slice_digests_.at(l.gate_exps)[(size_t) e], slice_digests_.at(l.up_exps)[(size_t) e],
+                                                                   slice_digests_.at(l.down_exps)[(size_t) e]),
+                                            w.gate_b, w.up_b, w.down_b, e)
+                                      : expert_identity_digest_of(w.gate_exps, w.up_exps, w.down_exps, w.gate_b, w.up_b, w.down_b,
+                                                                  l.local_of.empty() ? e : l.local_of[(size_t) e]);
     }
+    slice_digests_.clear();
 }
 
 // A no_alloc tensor like src with only the served experts (its last dimension n_served: ne[2] of
@@ -586,15 +636,30 @@ Status WorkerModel::load(const WorkerModelOptions & opt, const GgufReadApi & api
         if (fstat(p.fd, &fs) != 0) return Status::io_error("model " + p.path + ": fstat: " + strerror(errno));
         file_stamps_.push_back({(int64_t) fs.st_size, fs.st_mtim, fs.st_ctim});
     }
+    if (opt.repack == nullptr)  // the file's bytes are what is served: hashed by the threads that read them
+        for (const WorkerLayer & l : layers_)
+            for (const ggml_tensor * t : {l.gate_exps, l.up_exps, l.down_exps}) slice_digests_[t].assign((size_t) n_expert_, 0);
+    LoadProgress progress(bytes_to_read(opt.use_mmap), opt.progress_interval_ms, opt.progress_out);
+    progress_ = &progress;
     st = opt.use_mmap ? place_mmap() : place_anonymous();
+    progress_ = nullptr;
+    progress.finish_reading();
     mapped_ = opt.use_mmap;
     if (!st) return st;
     for (WorkerLayer & l : layers_) l.use_tensors(l.file_tensors());
+    auto t0 = std::chrono::steady_clock::now();
+    auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
     if (opt.repack != nullptr) {
         st = repack_layers(*opt.repack);
         if (!st) return st;
+        progress.add_phase(LoadPhase::repack, seconds_since(t0));
     }
+    t0 = std::chrono::steady_clock::now();
     compute_digests();
+    progress.add_phase(LoadPhase::digests, seconds_since(t0));
+    load_summary_ = progress.summary();
     return Status::ok();
 }
 

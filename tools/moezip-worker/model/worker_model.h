@@ -34,6 +34,7 @@
 #include "coordinator/config/expert_range.h"
 #include "provider_map/status.h"
 #include "tools/moezip-worker/model/gguf_parts.h"
+#include "tools/moezip-worker/model/load_progress.h"
 #include "tools/moezip-worker/model/slice_keys.h"
 #include "tools/moezip-worker/model/worker_repack.h"
 
@@ -44,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -89,6 +91,10 @@ struct WorkerModelOptions {
     /// Non-null: place the served experts as the engine does on this CPU (CPU_REPACK where it
     /// repacks); needs use_mmap false and api->buft non-null.
     const WorkerRepackApi * repack = nullptr;
+    /// Progress lines while the served experts are read (load_progress.h): where they go (null:
+    /// none) and the least time between two, ms.
+    FILE * progress_out = nullptr;
+    int progress_interval_ms = kWorkerProgressDefaultMs;
 };
 
 class WorkerModel {
@@ -121,6 +127,9 @@ public:
     uint64_t served_bytes() const { return served_bytes_; }
     /// The model's files in part order, each with the MoE layers it holds expert tensors of.
     std::vector<WorkerFile> files() const;
+
+    /// After load(): LoadProgress::summary() of it ("loaded 2520.0 MiB of expert weights in 3.41 s (...)").
+    const std::string & load_summary() const { return load_summary_; }
 
     /// The model's first file, as the worker was started with it.
     const std::string & path() const { return path_; }
@@ -172,6 +181,8 @@ private:
     Status place_anonymous();
     Status read_slices(ggml_tensor * t, uint8_t * base);
     Status read_range(const ggml_tensor * t, uint8_t * base, uint64_t start, uint64_t bytes) const;
+    /// Bytes place_mmap() or place_anonymous() will read: the served slices, and with the latter the biases.
+    uint64_t bytes_to_read(bool use_mmap) const;
     Status read_into(const ggml_tensor * t, uint64_t start, uint64_t bytes, uint8_t * dst) const;
     Status read_checked(Status st, const ggml_tensor * t) const;
     Status repack_layers(const WorkerRepackApi & rp);
@@ -179,6 +190,10 @@ private:
     Status place_plain(ggml_tensor * t, const std::vector<uint8_t> & bytes);
     void release_source(ggml_tensor * src);
     void compute_digests();
+    /// Expert e's content digest of each served slice of t (load jobs, one tensor each: disjoint).
+    void hash_served_slices(const ggml_tensor * t);
+    /// Runs each of `jobs` (one expert tensor each) on load_jobs_threads() threads.
+    Status run_load_jobs(const std::vector<std::function<Status()>> & jobs) const;
     /// The served experts' digests computed again from the files' bytes (each part mapped read-only
     /// for the check): the first (layer, expert) whose digest differs from hello_ok's, or why the
     /// file cannot vouch for it (a repacked layer), "" when every digest is the same.
@@ -210,6 +225,11 @@ private:
     ggml_context * ctx_ = nullptr;                 // repack: metadata of the served-experts tensors
     const WorkerRepackApi * repack_ = nullptr;
     std::vector<ggml_backend_buffer_t> repack_buffers_;
+    LoadProgress * progress_ = nullptr;            // during load() only: counts what read_into reads
+    /// Without repack: each expert tensor -> [n_expert] content digests of its served slices, computed
+    /// by the load's threads right after reading the tensor (compute_digests combines them); empty: unused.
+    std::map<const ggml_tensor *, std::vector<uint64_t>> slice_digests_;
+    std::string load_summary_;
 };
 
 } // namespace moezip
