@@ -6,7 +6,9 @@
 #   tools/bench/startup.sh MODEL.gguf [MODE ...]
 #
 # MODE: default (pread into memory), mmap (--mmap), repack (--repack), or any of them followed by
-# ":FLAGS" (comma-separated worker flags, e.g. "default:--experts,0-63"). Default: default mmap.
+# ":FLAGS" (comma-separated worker flags, e.g. "default:--experts,0-63") and/or "@BINARY" (another
+# moezip-worker, e.g. "default@/old/build/bin/moezip-worker": an older build in the same alternation).
+# Default: default mmap.
 # Environment: REPS (3) runs of each mode, alternating with the others and each preceded by its own
 # cold cat; WORKER (build/bin/moezip-worker); OUT (a temporary folder) keeps every run's stderr.
 # Needs root (writes /proc/sys/vm/drop_caches). Prints one line per run and then, per mode, the
@@ -35,8 +37,10 @@ cat_seconds() {
 
 # worker_seconds MODE TAG: seconds from exec to the ready line on stdout (polled every 10 ms)
 worker_seconds() {
-    local mode=${1%%:*} extra="" flags=()
-    [[ $1 == *:* ]] && extra=${1#*:}
+    local spec=${1%%@*} bin=$WORKER extra="" flags=()
+    [[ $1 == *@* ]] && bin=${1#*@}
+    local mode=${spec%%:*}
+    [[ $spec == *:* ]] && extra=${spec#*:}
     case $mode in
         default) ;;
         mmap) flags+=(--mmap) ;;
@@ -46,7 +50,7 @@ worker_seconds() {
     [ -n "$extra" ] && IFS=, read -r -a more <<< "$extra" && flags+=("${more[@]}")
     drop_caches
     local s pid; s=$(now)
-    "$WORKER" --model "$MODEL" --bind "ipc://$OUT/w.sock" "${flags[@]}" > "$OUT/$2.out" 2> "$OUT/$2.err" &
+    "$bin" --model "$MODEL" --bind "ipc://$OUT/w.sock" "${flags[@]}" > "$OUT/$2.out" 2> "$OUT/$2.err" &
     pid=$!
     until grep -q '^moezip-worker: serving' "$OUT/$2.out" 2>/dev/null; do
         kill -0 "$pid" 2>/dev/null || { echo "startup.sh: worker exited: $(cat "$OUT/$2.err")" >&2; exit 1; }
@@ -64,7 +68,7 @@ for rep in $(seq "$REPS"); do
         c=$(cat_seconds)
         tag="${m//[^a-zA-Z0-9_-]/_}.$rep"
         w=$(worker_seconds "$m" "$tag")
-        summary=$(grep -h '^moezip-worker: loaded' "$OUT/$tag.err" | sed 's/^moezip-worker: //')
+        summary=$(grep -h '^moezip-worker: loaded' "$OUT/$tag.err" | sed 's/^moezip-worker: //' || true)
         printf '%s\t%s\t%s\t%s\n' "$m" "$rep" "$c" "$w" >> "$OUT/runs.tsv"
         printf 'run %s %-10s cat %.2f s  worker %.2f s  ratio %.2f  (%s)\n' "$rep" "$m" "$c" "$w" "$(echo "$w / $c" | bc -l)" "$summary"
     done
