@@ -157,6 +157,7 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 # tools' code tested in-process: the worker's budget estimate against the executor and its plan
 # table; moezip-ceiling's simulated step against a recording link
 TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/request/,worker_budget.o worker_plan.o request_check.o) \
+                   $(addprefix $(BUILD)/obj/tools/moezip-worker/model/,load_jobs.o load_progress.o) \
                    $(BUILD)/obj/tools/moezip-ceiling/decode_sim.o
 $(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
