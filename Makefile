@@ -155,10 +155,11 @@ $(DEEPBIND_HOST): tests/hosts/deepbind_host.c
 	$(CC) $(CPPFLAGS) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CXXFLAGS)) $(LDFLAGS) -o $@ $< -ldl
 
 # tools' code tested in-process: the worker's budget estimate against the executor and its plan
-# table; moezip-ceiling's simulated step against a recording link
+# table; moezip-ceiling's simulated step against a recording link; moezip-fixture's direct q4_K/q8_0
+# blocks against the engine's dequantization
 TEST_WORKER_OBJ := $(addprefix $(BUILD)/obj/tools/moezip-worker/request/,worker_budget.o worker_plan.o request_check.o) \
                    $(addprefix $(BUILD)/obj/tools/moezip-worker/model/,load_jobs.o load_progress.o) \
-                   $(BUILD)/obj/tools/moezip-ceiling/decode_sim.o
+                   $(BUILD)/obj/tools/moezip-ceiling/decode_sim.o $(BUILD)/obj/tools/moezip-fixture/fixture_fast_quant.o
 $(TEST_BIN): $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_WORKER_OBJ) $(CORE_LIB) $(ENGINE_LIBS) $(SYS_LIBS) -lgtest -lgtest_main

@@ -39,6 +39,9 @@ struct fixture_config {
     uint64_t        seed        = 1;             ///< PRNG seed; same seed -> same bytes
     std::string     arch        = "qwen3moe";    ///< general.architecture: a row of fixture_arch.h
     int64_t         n_split     = 1;             ///< files to write (llama.cpp's split convention); 1 = one file
+    /// q4_K and q8_0 tensors drawn directly as random valid blocks (fixture_fast_quant.h) instead of
+    /// quantizing f32 values: other bytes than without it, minutes instead of hours for large models.
+    bool            fast_quant  = false;
 };
 
 /// Names of the presets, in the order --help lists them.

@@ -1,6 +1,7 @@
 #include "tools/moezip-fixture/fixture_writer.h"
 
 #include "tools/moezip-fixture/fixture_arch.h"
+#include "tools/moezip-fixture/fixture_fast_quant.h"
 #include "tools/moezip-fixture/fixture_meta.h"
 #include "tools/moezip-fixture/fixture_rng.h"
 #include "tools/moezip-fixture/fixture_split.h"
@@ -97,9 +98,25 @@ private:
     bool regular_ = false;
 };
 
+/// Draws tensor `t`'s quantized blocks directly (fixture_fast_quant.h), chunk by chunk, into `out`.
+void write_fast_quant_data(const fixture_tensor & t, uint64_t seed, output_file & out, progress_meter & meter,
+                           int64_t & done) {
+    fixture_fast_quant gen(t, seed);
+    const int64_t rows_per_chunk = std::max<int64_t>(1, k_chunk_elements / t.ne[0]);
+    std::vector<uint8_t> converted;
+    for (int64_t row = 0; row < t.n_rows() && !out.failed(); row += rows_per_chunk) {
+        converted.clear();
+        gen.next_rows(std::min(rows_per_chunk, t.n_rows() - row), converted);
+        out.write(converted.data(), converted.size());
+        done += (int64_t) converted.size();
+        meter.update(done, t.name);
+    }
+}
+
 /// Generates tensor `t` chunk by chunk, converts it to t.type and appends it to `out`.
-void write_tensor_data(const fixture_tensor & t, uint64_t seed, output_file & out, progress_meter & meter,
-                       int64_t & done) {
+void write_tensor_data(const fixture_tensor & t, uint64_t seed, bool fast_quant, output_file & out,
+                       progress_meter & meter, int64_t & done) {
+    if (fast_quant && fixture_fast_quant_supports(t)) return write_fast_quant_data(t, seed, out, meter, done);
     fixture_rng rng(seed, t.name);
     const float amplitude = std::sqrt(3.0f) * t.std; // uniform(-a, a) has std a/sqrt(3)
     const int64_t rows_per_chunk = std::max<int64_t>(1, k_chunk_elements / t.ne[0]);
@@ -144,8 +161,8 @@ file_job make_job(const fixture_config & cfg, const fixture_arch & arch, const f
 }
 
 /// Writes one file: its header, then each tensor's data at its offset, padded to the alignment.
-Status write_job(const file_job & job, const std::vector<fixture_tensor> & plan, uint64_t seed, progress_meter & meter,
-                 int64_t & done) {
+Status write_job(const file_job & job, const std::vector<fixture_tensor> & plan, const fixture_config & cfg,
+                 progress_meter & meter, int64_t & done) {
     const gguf_context * g = job.meta.gguf.get();
     const int64_t data_offset = (int64_t) job.header.size();
     output_file out(job.path);
@@ -154,7 +171,7 @@ Status write_job(const file_job & job, const std::vector<fixture_tensor> & plan,
     done += (int64_t) job.header.size();
     for (int64_t i = 0; i < job.part.n && !out.failed(); ++i) {
         out.pad_to(data_offset + (int64_t) gguf_get_tensor_offset(g, i));
-        write_tensor_data(plan[(size_t) (job.part.first + i)], seed, out, meter, done);
+        write_tensor_data(plan[(size_t) (job.part.first + i)], cfg.seed, cfg.fast_quant, out, meter, done);
     }
     out.pad_to(job.size);
     return out.close();
@@ -198,7 +215,7 @@ Status fixture_write(const fixture_config & cfg, const std::string & path, fixtu
     progress_meter meter(total);
     int64_t done = 0;
     for (size_t k = 0; k < jobs.size(); ++k) {
-        st = write_job(jobs[k], plan, cfg.seed, meter, done);
+        st = write_job(jobs[k], plan, cfg, meter, done);
         if (!st) {
             for (size_t j = 0; j < k; ++j) remove(jobs[j].path.c_str());  // no partial model is left behind
             return st;
