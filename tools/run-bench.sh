@@ -62,6 +62,8 @@
 #                       soak: only the soak (tools/bench/soak.sh): a host serving for SOAK_SECONDS (default 1 h)
 #                       under the preload with worker outages, failing when its VmRSS, report or stderr grows
 #                       past the limits that script states (SOAK_* variables there).
+#                       big: only the model bigger than one host (tools/bench/big.sh; BIG_* variables there):
+#                       llama-server on memory-limited hosts, one node, llama.cpp RPC and experts mode.
 #   BENCH_SOAK          1: run the soak after the set's runs (default 1 in the full set, 0 in comparison)
 #   BENCH_QUICK=1       a fast look: model a3b-L4-q8_0 only, 3 repetitions
 #   BENCH_MODELS        models, from: a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8 (default: the set's)
@@ -135,7 +137,8 @@ case "$SET" in
     comparison) SET_MODELS="a3b-L4-q8_0"; REPACK_REPS=${BENCH_REPACK_REPS:-0} ;;
     full) SET_MODELS="a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-5} ;;
     soak) BUILD="$BUILD" exec "$ROOT/tools/bench/soak.sh" ;;
-    *) echo "bench: error: BENCH_SET must be comparison, full or soak, got '$SET'" >&2; exit 1 ;;
+    big) BUILD="$BUILD" exec "$ROOT/tools/bench/big.sh" ;;
+    *) echo "bench: error: BENCH_SET must be comparison, full, soak or big, got '$SET'" >&2; exit 1 ;;
 esac
 SOAK=${BENCH_SOAK:-$([ "$SET" = full ] && echo 1 || echo 0)}
 case "$SOAK" in 0|1) ;; *) echo "bench: error: BENCH_SOAK must be 0 or 1, got '$SOAK'" >&2; exit 1 ;; esac
