@@ -26,8 +26,12 @@
 #   BIG_CLIENTS         concurrent clients of the second workload and llama-server --parallel (default 4)
 #   BIG_PROMPT_TOKENS   prompt length (default 512); BIG_PREDICT tokens out (default 128)
 #   BIG_VARIANTS        subset, in order (default "single single_limited rpc experts1")
-#   BIG_REPACK          1 (default): the engine's default repacking, workers --repack; 0: --no-repack on
-#                       every llama-server and no_repack = true (GGUF-layout experts everywhere)
+#   BIG_REPACK          0 (default): --no-repack on every llama-server and no_repack = true (GGUF-layout
+#                       experts, mapped from the file). 1: the engine's default repacking (CPU_REPACK), workers
+#                       --repack. The engine repacks at load every q4_K tensor of the file into anonymous
+#                       memory, the experts a worker owns included, so a host limited to less than the model
+#                       is killed by its cgroup's OOM killer: single_limited and experts1 fail with 1
+#                       (4 layers, 2026-12-07, 2-core Debian 12 VM); rpc and single run.
 #   BIG_LLAMA_BIN       llama.cpp's bin folder (llama-server, ggml-rpc-server) instead of the cached build
 #   BIG_MOEZIP_BUILD    moezip built for that llama.cpp (libmoezip.so, bin/moezip-worker; default the
 #                       build-engines/llama.cpp-* folder `make engines` made)
@@ -48,7 +52,7 @@ CLIENTS=${BIG_CLIENTS:-4}
 PROMPT=${BIG_PROMPT_TOKENS:-512}
 PREDICT=${BIG_PREDICT:-128}
 VARIANTS=${BIG_VARIANTS:-single single_limited rpc experts1}
-REPACK=${BIG_REPACK:-1}
+REPACK=${BIG_REPACK:-0}
 READY_WAIT=${BIG_READY_WAIT:-1800}
 N_EXPERT=128
 RPC_PORT=50652
