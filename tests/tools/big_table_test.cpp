@@ -52,8 +52,10 @@ json hand_written_bench() {
     runs.push_back(run("single", 1, 10.0, many(4000, 30000, 5000, 30400, "y")));
     // experts1's: 254 / (16200 - 3000) ms = 19.2424 tok/s, 2.0x single's.
     runs.push_back(run("experts1", 1, 10.5, many(3000, 16200, 3000, 16200, "y"), 0.5));
-    runs.push_back(run("single_limited", 1, 0.5, many(9000, 99000, 9000, 99000, "z")));  // client 1's text differs
-    runs.push_back(run("rpc", 1, 7.0, many(4000, 40000, 4000, 40000, "y")));
+    // single_limited: prefilled as single was ({0}{1}: first tokens 1000 ms apart), client 1's text differs
+    runs.push_back(run("single_limited", 1, 0.5, many(4000, 99000, 5000, 99000, "z")));
+    // rpc: both clients prefilled together ({0,1}), client 1's text differs
+    runs.push_back(run("rpc", 1, 7.0, many(4000, 40000, 4030, 40000, "z")));
     // rep 2: one client only
     runs.push_back(run("single", 2, 12.5, nullptr));
     runs.push_back(run("experts1", 2, 10.0, nullptr, 0.5));
@@ -77,9 +79,12 @@ TEST(BigTable, AggregatesRatiosIntervalsAndVerdicts) {
     EXPECT_NEAR((*single)["decodeNclient"]["median"].get<double>(), 5.5, 1e-9);
     EXPECT_NEAR((*single)["decode1"]["median"].get<double>(), 11.25, 1e-9);  // median of 10 and 12.5
     EXPECT_NEAR((*experts1)["decode1"]["median"].get<double>(), 10.25, 1e-9);
-    EXPECT_EQ((*single)["identical"], "reference");
-    EXPECT_EQ((*experts1)["identical"], "yes");
-    EXPECT_EQ((*row(s, "single_limited"))["identical"], "no (many/1 differ)");
+    EXPECT_EQ((*single)["identical1"], "reference");
+    EXPECT_EQ((*experts1)["identical1"], "yes");
+    EXPECT_EQ((*experts1)["identicalN"], "yes");
+    EXPECT_EQ((*row(s, "single_limited"))["identical1"], "yes");
+    EXPECT_EQ((*row(s, "single_limited"))["identicalN"], "no (many/1 differ)");
+    EXPECT_EQ((*row(s, "rpc"))["identicalN"], "other batches ({0,1} against {0}{1}): 1 of 2 differ");
     // 48 layers x 0.5 ms over a step of 1000/10.5 ms (rep 1: 0.252) and 1000/10 ms (rep 2: 0.24): median 0.246
     EXPECT_NEAR((*experts1)["round_trip_share"].get<double>(), (48 * 0.5 / (1000 / 10.5) + 0.24) / 2, 1e-9);
 
@@ -113,6 +118,18 @@ TEST(BigTable, MarkdownSaysOneThreadPerHostAndNamesAFailedVariant) {
     EXPECT_NE(r.out.find("| experts1 decode >= 1.6x rpc | 1.46 | one repetition | missed |"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("| experts1 decode >= 0.95x single | 0.91 | 0.80-1.05 | missed |"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("are 25% of a one-client decode step"), std::string::npos) << r.out;
+}
+
+// Concurrent answers that differ only where llama-server prefilled them in other batches than the
+// reference's are reported, and the run passes; the same batches and another answer fail it.
+TEST(BigTable, OtherBatchesAreReportedNotFailed) {
+    json big = hand_written_bench();
+    json runs = json::array();
+    for (const json & r : big["runs"]) if (r["variant"] != "single_limited") runs.push_back(r);
+    big["runs"] = runs;
+    CommandResult r = table(big, test_dir("big_table_batches"), false);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("| yes | other batches ({0,1} against {0}{1}): 1 of 2 differ |"), std::string::npos) << r.out;
 }
 
 TEST(BigTable, SkippedBenchSaysWhy) {

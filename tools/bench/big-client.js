@@ -51,8 +51,7 @@ async function promptIds(k) {
     return out;
 }
 
-async function one(k, t0) {
-    const prompt = await promptIds(k);
+async function one(k, prompt, t0) {
     const c = { prompt_n: prompt.length, predicted_n: 0, text: '', tokens: [], timings: null };
     let pending = '';
     const started = Date.now();
@@ -92,7 +91,11 @@ async function one(k, t0) {
 }
 
 (async () => {
+    // every prompt first, then every request at once: which requests share a prefill batch depends on
+    // when they arrive, and the batch changes the last bits of the answers
+    const prompts = [];
+    for (let k = 0; k < Number(nClients); ++k) prompts.push(await promptIds(k));
     const t0 = Date.now();
-    const clients = await Promise.all(Array.from({ length: Number(nClients) }, (_, k) => one(k, t0)));
+    const clients = await Promise.all(prompts.map((p, k) => one(k, p, t0)));
     fs.writeFileSync(outPath, JSON.stringify({ clients, wall_ms: Date.now() - t0 }, null, 1));
 })().catch((e) => { console.error(`big-client: ${e.message}`); process.exit(1); });
