@@ -36,9 +36,11 @@
 #   BIG_MOEZIP_BUILD    moezip built for that llama.cpp (libmoezip.so, bin/moezip-worker; default the
 #                       build-engines/llama.cpp-* folder `make engines` made)
 #   BIG_READY_WAIT      seconds a host may take to be ready (default 1800)
-# Needs root (cgroups, namespaces, tc, drop of the page cache). Exit 0 when every variant ran and every
-# answer equals the unlimited one node's; 1 otherwise ("bench big: error: ..." names the problem); a
-# limited host killed by its cgroup's OOM killer is a failed variant, named in the table.
+# Needs root (cgroups, namespaces, tc, eviction from the page cache). Exit 0 when every variant ran and
+# every answer equals the unlimited one node's (concurrent answers that llama-server prefilled in other
+# batches than the reference's are named, not failed: big-table.js); 1 otherwise ("bench big: error:
+# ..." names the problem); a limited host killed by its cgroup's OOM killer is a failed variant, named
+# in the table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -230,6 +232,12 @@ host_stats() {
     echo "{\"cgroup_peak_bytes\": $(cg_peak "$1"), \"rss_peak_bytes\": ${hwm:-null}, \"disk_read_bytes\": ${rb:-null}, \"oom_kills\": $(cg_ooms "$1")}"
 }
 
+# record_failure V REP WHY: the JSON line of a variant that never served (a host did not start)
+record_failure() {
+    node -e 'console.log(JSON.stringify({ variant: process.argv[1], rep: Number(process.argv[2]), ok: false,
+        error: process.argv[3], hosts: {}, one: null, many: null }))' "$1" "$2" "$3" >> "$RESULTS"
+}
+
 # run_variant V REP: one server (and its remote host), both workloads; appends a JSON line to $RESULTS
 run_variant() {
     local v=$1 rep=$2 dir=$OUT/runs/$v-$rep sock limit=0 ns="" srv_env=() srv_args=() remote="" rpid="" spid
@@ -245,7 +253,8 @@ run_variant() {
             start_host "$v-$rep-b" "$NS_B" 1 "$LIMIT" "$dir/remote" env "LD_LIBRARY_PATH=$LLAMA_BIN" "$LLAMA_BIN/ggml-rpc-server" \
                 -t 1 -H "$ADDR_B" -p "$RPC_PORT"
             rpid=$HOST_PID
-            wait_until "$rpid" "ggml-rpc-server" "$dir/remote" ip netns exec "$NS_B" bash -c "exec 3<>/dev/tcp/$ADDR_B/$RPC_PORT" || return 1
+            wait_until "$rpid" "ggml-rpc-server" "$dir/remote" ip netns exec "$NS_B" bash -c "exec 3<>/dev/tcp/$ADDR_B/$RPC_PORT" ||
+                { record_failure "$v" "$rep" "ggml-rpc-server did not start: $(tail -1 "$dir/remote.err")"; return 1; }
             ready_r=$WAITED
             layers_re=$(seq -s '|' "$lhalf" $((LAYERS - 1)))
             srv_args+=(-ngl 0 --rpc "$ADDR_B:$RPC_PORT" -ot "blk\\.($layers_re)\\.ffn_(gate|up|down)_exps\\.weight=RPC0[$ADDR_B:$RPC_PORT]") ;;
@@ -256,7 +265,8 @@ run_variant() {
             start_host "$v-$rep-b" "$NS_B" 1 "$LIMIT" "$dir/remote" "$MZ/bin/moezip-worker" --model "$MODEL" \
                 --bind "tcp://$ADDR_B:$WORKER_PORT" --threads 1 --experts "$half-$((N_EXPERT - 1))" --insecure "${w[@]+"${w[@]}"}"
             rpid=$HOST_PID
-            wait_until "$rpid" "moezip-worker" "$dir/remote" grep -q '^moezip-worker: serving' "$dir/remote.out" || return 1
+            wait_until "$rpid" "moezip-worker" "$dir/remote" grep -q '^moezip-worker: serving' "$dir/remote.out" ||
+                { record_failure "$v" "$rep" "moezip-worker did not start: $(tail -1 "$dir/remote.err")"; return 1; }
             ready_r=$WAITED
             {
                 echo 'mode = "experts"'
