@@ -100,6 +100,7 @@ function identical(run, runs, workload) {
 
 /// One verdict over repetitions: 'reference', 'yes', or the first other verdict.
 function verdict(vs) {
+    if (vs.length === 0) return '-';
     return vs.every((x) => x === 'reference') ? 'reference' : vs.every((x) => x === 'yes') ? 'yes' : vs.find((x) => x !== 'yes');
 }
 
@@ -122,8 +123,8 @@ function summarize(big) {
             for (const k of ['ready_s', 'cgroup_peak_bytes', 'rss_peak_bytes', 'disk_read_bytes']) row.hosts[h][k] = median(hs.map((x) => x[k]));
             row.hosts[h].oom_kills = hs.reduce((s, x) => s + (x.oom_kills || 0), 0);
         }
-        row.identical1 = verdict(rs.map((r) => identical(r, runs, 'one')));
-        row.identicalN = verdict(rs.filter((r) => r.many || r.variant === 'single').map((r) => r.many ? identical(r, runs, 'many') : 'reference'));
+        row.identical1 = verdict(rs.filter((r) => r.one).map((r) => identical(r, runs, 'one')));
+        row.identicalN = verdict(rs.filter((r) => r.many).map((r) => identical(r, runs, 'many')));
         if (v === 'experts1' && big.meta) {
             const share = rs.filter((r) => r.ok && r.rtt_ms_p50_one_row && runFigures(r).decode1)
                 .map((r) => big.meta.layers * r.rtt_ms_p50_one_row / (1000 / runFigures(r).decode1));
@@ -195,7 +196,7 @@ if (require.main === module) {
     const s = summarize(big);
     process.stdout.write(process.argv[3] === '--json' ? JSON.stringify(s, null, 1) + '\n' : render(big, s));
     // concurrent answers prefilled in other batches than the reference's are reported, not failed
-    const same = (x) => x === 'yes' || x === 'reference' || x.startsWith('other batches');
+    const same = (x) => x === 'yes' || x === 'reference' || x === '-' || x.startsWith('other batches');
     const bad = s.rows.some((r) => r.ok < r.reps || !same(r.identical1) || !same(r.identicalN));
     process.exit(bad ? 1 : 0);
 }

@@ -254,7 +254,7 @@ run_variant() {
                 -t 1 -H "$ADDR_B" -p "$RPC_PORT"
             rpid=$HOST_PID
             wait_until "$rpid" "ggml-rpc-server" "$dir/remote" ip netns exec "$NS_B" bash -c "exec 3<>/dev/tcp/$ADDR_B/$RPC_PORT" ||
-                { record_failure "$v" "$rep" "ggml-rpc-server did not start: $(tail -1 "$dir/remote.err")"; return 1; }
+                { record_failure "$v" "$rep" "ggml-rpc-server exited or was not ready within $READY_WAIT s (last line: $(tail -1 "$dir/remote.err"))"; return 1; }
             ready_r=$WAITED
             layers_re=$(seq -s '|' "$lhalf" $((LAYERS - 1)))
             srv_args+=(-ngl 0 --rpc "$ADDR_B:$RPC_PORT" -ot "blk\\.($layers_re)\\.ffn_(gate|up|down)_exps\\.weight=RPC0[$ADDR_B:$RPC_PORT]") ;;
@@ -266,7 +266,7 @@ run_variant() {
                 --bind "tcp://$ADDR_B:$WORKER_PORT" --threads 1 --experts "$half-$((N_EXPERT - 1))" --insecure "${w[@]+"${w[@]}"}"
             rpid=$HOST_PID
             wait_until "$rpid" "moezip-worker" "$dir/remote" grep -q '^moezip-worker: serving' "$dir/remote.out" ||
-                { record_failure "$v" "$rep" "moezip-worker did not start: $(tail -1 "$dir/remote.err")"; return 1; }
+                { record_failure "$v" "$rep" "moezip-worker exited or was not ready within $READY_WAIT s (last line: $(tail -1 "$dir/remote.err"))"; return 1; }
             ready_r=$WAITED
             {
                 echo 'mode = "experts"'
