@@ -153,7 +153,7 @@ for p in moezip-fixture moezip-pagecache; do [ -x "$ROOT/$BUILD/bin/$p" ] || die
 MODEL=$MODEL_CACHE/a3b-L$LAYERS-q4_K-fast.gguf
 mkdir -p "$MODEL_CACHE" "$OUT"
 if [ ! -s "$MODEL" ]; then
-    say "writing $MODEL (48 layers: 16.9 GB in 26 s of wall time on a 2-core Debian 12 VM, 2026-12-07, commit 7f4a550)"
+    say "writing $MODEL (48 layers: 16.9 GB in 26 s of wall time on a 2-core Debian 12 VM, 2026-12-07, commit 9e96205)"
     nice "$ROOT/$BUILD/bin/moezip-fixture" --preset a3b-L4 --n-layer "$LAYERS" --type q4_K --fast-quant -o "$MODEL.tmp" \
         > "$OUT/model.log" 2>&1 || die "could not write the model: $(tail -2 "$OUT/model.log")"
     mv "$MODEL.tmp" "$MODEL"
