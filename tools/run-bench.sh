@@ -59,6 +59,9 @@
 #                       full: every study (the memory-kind and page-cache references single_anon single_thp local_copy
 #                       experts1_map, the placement and throttled-worker variants, a3b-L8-q8_0, a3b-L4-q4_K,
 #                       stories-moe8, repack-costs): about 3 h more.
+#                       hybrid: only the hybrid emulation (tools/bench/hybrid.sh): a GPU host's --cpu-moe run
+#                       with an RPC device as the accelerator, one node against experts mode with one worker,
+#                       the share p of a decode step in the CPU experts and its Amdahl bound (about 15 min).
 #                       soak: only the soak (tools/bench/soak.sh): a host serving for SOAK_SECONDS (default 1 h)
 #                       under the preload with worker outages, failing when its VmRSS, report or stderr grows
 #                       past the limits that script states (SOAK_* variables there).
@@ -108,6 +111,8 @@
 #   BENCH_TRACE_MAX     events kept in each variant's trace (default 200000)
 #   BENCH_REPACK_REPS   repetitions of tools/bench/repack-costs.sh, q4_K and q4_0, after the table (default 5 in
 #                       the full set, 0 in comparison; 0 skips)
+#   BENCH_HYBRID_REPS   repetitions of tools/bench/hybrid.sh after the table (default 5 in the full set and in
+#                       BENCH_SET=hybrid, 0 in comparison; 0 skips)
 #   BENCH_RESOLVE_MIN   minutes per model of extra pairs for the decode ratios not resolved to ±5% after
 #                       BENCH_REPS (default 30, 0 with BENCH_QUICK=1; 0 = none). Each round adds one pair to every such ratio of
 #                       BENCH_RESOLVE_VARIANTS (fewest pairs first) until all are resolved, each has
@@ -138,7 +143,8 @@ case "$SET" in
     full) SET_MODELS="a3b-L4-q8_0 a3b-L8-q8_0 a3b-L4-q4_K stories-moe8"; REPACK_REPS=${BENCH_REPACK_REPS:-5} ;;
     soak) BUILD="$BUILD" exec "$ROOT/tools/bench/soak.sh" ;;
     big) BUILD="$BUILD" exec "$ROOT/tools/bench/big.sh" ;;
-    *) echo "bench: error: BENCH_SET must be comparison, full, soak or big, got '$SET'" >&2; exit 1 ;;
+    hybrid) BUILD="$BUILD" exec "$ROOT/tools/bench/hybrid.sh" "${BENCH_HYBRID_REPS:-5}" ;;
+    *) echo "bench: error: BENCH_SET must be comparison, full, hybrid, soak or big, got '$SET'" >&2; exit 1 ;;
 esac
 SOAK=${BENCH_SOAK:-$([ "$SET" = full ] && echo 1 || echo 0)}
 case "$SOAK" in 0|1) ;; *) echo "bench: error: BENCH_SOAK must be 0 or 1, got '$SOAK'" >&2; exit 1 ;; esac
@@ -833,6 +839,17 @@ if [ "$REPACK_REPS" -gt 0 ]; then
         say "repacked experts, $t: $REPACK_REPS repetitions"
         BUILD="$BUILD" "$ROOT/tools/bench/repack-costs.sh" "$REPACK_REPS" "$t" | tee "$OUT/repack-$t.md"
     done
+fi
+
+# A GPU host's hybrid run emulated with an RPC device as the accelerator (tools/bench/hybrid.sh;
+# BENCH_HYBRID_REPS=0 skips it). Exit 2 is a skip with its reason (no llama.cpp with RPC, one core).
+HYBRID_REPS=${BENCH_HYBRID_REPS:-$([ "$SET" = full ] && echo 5 || echo 0)}
+[[ "$HYBRID_REPS" =~ ^[0-9]+$ ]] || die "BENCH_HYBRID_REPS must be a whole number, got '$HYBRID_REPS'"
+if [ "$HYBRID_REPS" -gt 0 ]; then
+    say "hybrid emulation: $HYBRID_REPS repetitions"
+    hybrid_rc=0
+    BUILD="$BUILD" "$ROOT/tools/bench/hybrid.sh" "$HYBRID_REPS" || hybrid_rc=$?
+    [ "$hybrid_rc" = 0 ] || [ "$hybrid_rc" = 2 ] || die "the hybrid emulation failed (see $OUT/hybrid)"
 fi
 
 # A long-running host under the preload with worker outages: memory, report and stderr stay bounded
