@@ -159,7 +159,10 @@ if [ ! -s "$MODEL" ]; then
     mv "$MODEL.tmp" "$MODEL"
 fi
 MODEL_BYTES=$(stat -c %s "$MODEL")
-LIMIT=$(awk -v b="$MODEL_BYTES" -v f="$FRACTION" 'BEGIN { printf "%d", b * f }')
+# %.0f, not %d: mawk (Debian's awk) caps %d at 2^31 - 1, which made a 10.5 GB limit 2 GiB
+LIMIT=$(awk -v b="$MODEL_BYTES" -v f="$FRACTION" 'BEGIN { printf "%.0f", b * f }')
+node -e 'process.exit(Math.abs(process.argv[1] - process.argv[2] * process.argv[3]) <= 1 ? 0 : 1)' "$LIMIT" "$MODEL_BYTES" "$FRACTION" ||
+    die "the memory limit $LIMIT is not $FRACTION of $MODEL_BYTES bytes"
 CTX=$((CLIENTS * (PROMPT + PREDICT + 64)))
 
 # ---- cleanup of every process, cgroup and namespace this script made ----
@@ -227,7 +230,7 @@ health() { curl -s --max-time 2 --unix-socket "$1" http://localhost/health | gre
 # host_stats NAME PID: JSON of a host's peak memory (cgroup max usage, VmHWM) and bytes read from disk
 host_stats() {
     local hwm rb
-    hwm=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$2/status" 2>/dev/null || true)
+    hwm=$(awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/$2/status" 2>/dev/null || true)
     rb=$(awk '/^read_bytes:/ {print $2}' "/proc/$2/io" 2>/dev/null || true)
     echo "{\"cgroup_peak_bytes\": $(cg_peak "$1"), \"rss_peak_bytes\": ${hwm:-null}, \"disk_read_bytes\": ${rb:-null}, \"oom_kills\": $(cg_ooms "$1")}"
 }
