@@ -132,6 +132,20 @@ TEST(BigTable, OtherBatchesAreReportedNotFailed) {
     EXPECT_NE(r.out.find("| yes | other batches ({0,1} against {0}{1}): 1 of 2 differ |"), std::string::npos) << r.out;
 }
 
+// A limit that is not the stated fraction of the model (mawk's %d caps at 2^31 - 1: 10.46 GB became
+// 2.15 GB) makes the table fail and say both.
+TEST(BigTable, ALimitThatIsNotTheFractionOfTheModelFailsTheTable) {
+    json big = hand_written_bench();
+    json runs = json::array();
+    for (const json & r : big["runs"]) if (r["variant"] != "single_limited" && r["variant"] != "rpc") runs.push_back(r);
+    big["runs"] = runs;
+    EXPECT_EQ(table(big, test_dir("big_table_limit_ok"), false).exit_code, 0);
+    big["meta"]["limit_bytes"] = 2147483647.0;
+    CommandResult r = table(big, test_dir("big_table_limit"), false);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("the limited hosts ran under 2.15 GB, not 0.62 of the model's 16.87 GB"), std::string::npos) << r.err;
+}
+
 TEST(BigTable, SkippedBenchSaysWhy) {
     CommandResult r = table({{"skipped", "no writable memory cgroup"}}, test_dir("big_table_skipped"), false);
     EXPECT_EQ(r.exit_code, 0);

@@ -197,7 +197,15 @@ if (require.main === module) {
     process.stdout.write(process.argv[3] === '--json' ? JSON.stringify(s, null, 1) + '\n' : render(big, s));
     // concurrent answers prefilled in other batches than the reference's are reported, not failed
     const same = (x) => x === 'yes' || x === 'reference' || x === '-' || x.startsWith('other batches');
-    const bad = s.rows.some((r) => r.ok < r.reps || !same(r.identical1) || !same(r.identicalN));
+    let bad = s.rows.some((r) => r.ok < r.reps || !same(r.identical1) || !same(r.identicalN));
+    // the limit the hosts ran under must be the one the table states (a shell's integer printing once
+    // capped a 10.5 GB limit at 2^31 - 1 bytes)
+    const m = big.meta || {};
+    const want = m.model_bytes * m.limit_fraction;
+    if (!(Math.abs(m.limit_bytes - want) <= 1e-3 * want)) {
+        console.error(`big-table: error: the limited hosts ran under ${gb(m.limit_bytes)} GB, not ${m.limit_fraction} of the model's ${gb(m.model_bytes)} GB`);
+        bad = true;
+    }
     process.exit(bad ? 1 : 0);
 }
 module.exports = { summarize, render, runFigures };
