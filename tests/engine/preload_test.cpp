@@ -177,12 +177,21 @@ TEST(Preload, BadConfigNamesTheKeyAndRunsPassthrough) {
     std::string model = fixture_model({"--preset", "tiny", "--type", "q8_0"});
     std::string dir = test_dir("bad_config");
     std::string cfg = write_config(dir, "bad.toml", "mode = \"local\"\nno_repak = true\n");
-    CommandResult r = run_command({bin_path("moezip-run"), "-m", model, "--fixture", "16", "-n", "4", "--quiet"},
+    // run in `dir`: the report of a bad config goes to the default path, relative to the working directory
+    CommandResult r = run_command({"/bin/sh", "-c", "cd \"$0\" && rm -f moezip-report.*.json && exec \"$@\"", dir, bin_path("moezip-run"), "-m",
+                                   model, "--fixture", "16", "-n", "4", "--quiet"},
                                   {{"LD_PRELOAD", preload_env()}, {"MOEZIP_CONFIG", cfg}});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("no_repak"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("running passthrough"), std::string::npos) << r.err;
+    // the evidence of the run is still written, naming the config it refused
+    CommandResult ls = run_command({"/bin/sh", "-c", "cat \"$0\"/moezip-report.*.json", dir});
+    ASSERT_EQ(ls.exit_code, 0) << "no report in " << dir << ": " << ls.err;
+    const nlohmann::json rep = nlohmann::json::parse(ls.out, nullptr, false);
+    ASSERT_FALSE(rep.is_discarded()) << ls.out;
+    EXPECT_EQ(rep["config"]["path"], cfg);
+    EXPECT_EQ(rep["state"], "passthrough") << rep["state"];
 }
 
 TEST(Preload, StrictBadConfigExitsWithStatus3) {
