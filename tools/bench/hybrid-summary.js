@@ -10,10 +10,11 @@
 const fs = require("fs");
 const path = require("path");
 const { read_json, median, bootstrap_ci, fmt, tidy } = require("./stats.js");
+const { amdahl_bound } = require("./targets.js");
+const { LINK_MBPS: LINK_MB_S } = require("./projection.js");  // TCP payload MB/s over the bench's tbf links
 
 const VARIANTS = ["single", "local", "local_copy", "experts1"];
 const LAYERS = 4;                                // a3b-L4-q8_0
-const LINK_MB_S = { "1g": 117.5, "10g": 1175 };  // TCP payload rates measured over the bench's tbf links (docs/performance.md)
 // Shapes of the projection: compute per layer relative to the a3b fixture's (decode reads the experts'
 // weights: n_embd x n_ff_exp x 3 x top-8) and wire bytes per token relative to it (they scale with
 // n_embd); `assumed_tok_s`: one-node decode speeds of GPU hosts assumed besides this CPU's scaled one
@@ -54,9 +55,9 @@ function worker_wire(report) {
              rtt_ms: w.rtt_ms_p50_one_row, rtt_minus_service_ms: w.rtt_minus_service_ms_p50 };
 }
 
-/// Amdahl's bound of splitting the share p of a step over two equal hosts: 1 / ((1 - p) + p / 2).
+/// Amdahl's bound of splitting the share p of a step over two equal hosts (targets.js, experts1).
 function amdahl2(p) {
-    return 1 / (1 - p + p / 2);
+    return amdahl_bound("experts1", "decode", p, 0.5);
 }
 
 /// A GPU host's decode projected from the measured per-layer costs. `m`: {expert_ms_layer (this

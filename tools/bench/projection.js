@@ -99,7 +99,7 @@ const ASSUMPTIONS = [
     "no further overlap of transfer and compute; one core per host, one thread, as measured",
 ];
 
-module.exports = { projection_rows, ASSUMPTIONS };
+module.exports = { projection_rows, ASSUMPTIONS, LINK_MBPS };
 
 // node tools/bench/projection.js BENCH_JSON: the projection of a bench.json (or of any file with
 // {"groups": [{model, variant, net, prefill: {median, paired_ratio_median}, decode: {...}}]}) as a Markdown table.
