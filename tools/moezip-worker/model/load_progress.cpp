@@ -54,7 +54,6 @@ void LoadProgress::finish_reading() {
 
 void LoadProgress::add_phase(LoadPhase p, double s) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (p == LoadPhase::read) read_s_ = (read_s_ < 0 ? 0 : read_s_) + s;
     if (p == LoadPhase::digests) digests_s_ += s;
     if (p == LoadPhase::repack) repack_s_ += s;
 }

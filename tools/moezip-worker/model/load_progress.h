@@ -26,8 +26,8 @@ constexpr int kWorkerProgressDefaultMs = 1000;
 /// variable and the accepted range when it is not an integer in 0..3600000.
 bool load_progress_interval_parse(const char * text, int & interval_ms, std::string & why);
 
-/// The phases of a load whose times the summary names.
-enum class LoadPhase { read, digests, repack };
+/// The phases after reading whose times the summary names (reading's own time is finish_reading's).
+enum class LoadPhase { digests, repack };
 
 /// Counts the bytes read while loading and prints progress lines (thread-safe: add() may be called
 /// from several reading threads).
