@@ -53,13 +53,7 @@ bool LlamaServer::start(const std::string & program, const std::vector<std::stri
         int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (out >= 0) dup2(out, 1);
         if (err >= 0) dup2(err, 2);
-        for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-        std::vector<char *> a;
-        for (const auto & s : argv) a.push_back(const_cast<char *>(s.c_str()));
-        a.push_back(nullptr);
-        execv(a[0], a.data());
-        fprintf(stderr, "exec %s: %s\n", a[0], strerror(errno));
-        _exit(127);
+        exec_child(argv, env);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {

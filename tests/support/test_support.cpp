@@ -86,6 +86,16 @@ bool file_exists(const std::string & path) {
     return stat(path.c_str(), &st) == 0;
 }
 
+void exec_child(const std::vector<std::string> & argv, const std::map<std::string, std::string> & env) {
+    for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    std::vector<char *> args;
+    for (const auto & a : argv) args.push_back(const_cast<char *>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+}
+
 CommandResult run_command(const std::vector<std::string> & argv,
                           const std::map<std::string, std::string> & env, int timeout_s) {
     CommandResult res;
@@ -96,13 +106,7 @@ CommandResult run_command(const std::vector<std::string> & argv,
         dup2(out_pipe[1], 1);
         dup2(err_pipe[1], 2);
         close(out_pipe[0]); close(err_pipe[0]); close(out_pipe[1]); close(err_pipe[1]);
-        for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-        std::vector<char *> args;
-        for (const auto & a : argv) args.push_back(const_cast<char *>(a.c_str()));
-        args.push_back(nullptr);
-        execvp(args[0], args.data());
-        fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
-        _exit(127);
+        exec_child(argv, env);
     }
     close(out_pipe[1]); close(err_pipe[1]);
     struct timespec start;

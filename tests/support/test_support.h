@@ -50,6 +50,10 @@ CommandResult run_command(const std::vector<std::string> & argv,
                           const std::map<std::string, std::string> & env = {},
                           int timeout_s = 300);
 
+/// In a forked child: adds `env` to the environment and execs argv[0] (searched in PATH when it has
+/// no slash) with argv; on failure prints "exec <program>: <reason>" to stderr and exits 127.
+[[noreturn]] void exec_child(const std::vector<std::string> & argv, const std::map<std::string, std::string> & env);
+
 /// run_command of one of our built programs (bin_path(tool)) with `args`, waiting at most timeout_s.
 CommandResult run_tool(const std::string & tool, const std::vector<std::string> & args, int timeout_s = 120);
 

@@ -81,16 +81,11 @@ bool WorkerProcess::start(const std::vector<std::string> & args, const std::stri
         if (err >= 0) dup2(err, 2);
         close(out_pipe[0]);
         close(out_pipe[1]);
-        for (const auto & kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
         for (const Limit & l : limits) {
             struct rlimit rl = {(rlim_t) l.soft, (rlim_t) l.hard};
             if (setrlimit(l.resource, &rl) != 0) _exit(126);
         }
-        std::vector<char *> cargs;
-        for (const auto & a : argv) cargs.push_back(const_cast<char *>(a.c_str()));
-        cargs.push_back(nullptr);
-        execv(cargs[0], cargs.data());
-        _exit(127);
+        exec_child(argv, env);
     }
     close(out_pipe[1]);
     out_fd_ = out_pipe[0];
