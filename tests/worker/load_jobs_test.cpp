@@ -87,7 +87,7 @@ TEST(LoadProgress, TheIntervalComesFromTheEnvironmentOrIsRefusedWithTheVariableN
     EXPECT_EQ(ms, 0);
     EXPECT_TRUE(load_progress_interval_parse("3600000", ms, why));
     EXPECT_EQ(ms, 3600000);
-    for (const char * bad : {"", "-1", "3600001", "1s", "0x10", "99999999999999999999"}) {
+    for (const char * bad : {"", "-1", "3600001", "1s", "0x10", "99999999999999999999", " 5", "+5", "5 ", "\t5", "1e3", " "}) {
         EXPECT_FALSE(load_progress_interval_parse(bad, ms, why)) << bad;
         EXPECT_NE(why.find(std::string("MOEZIP_WORKER_PROGRESS_MS='") + bad + "'"), std::string::npos) << why;
     }

@@ -8,10 +8,13 @@ namespace moezip {
 bool load_progress_interval_parse(const char * text, int & interval_ms, std::string & why) {
     interval_ms = kWorkerProgressDefaultMs;
     if (text == nullptr) return true;
+    // digits only: strtol alone would take leading spaces and a sign (" 5", "+5") as a number
+    bool digits = *text != '\0';
+    for (const char * c = text; *c != '\0'; ++c) digits = digits && *c >= '0' && *c <= '9';
     char * end = nullptr;
     errno = 0;
-    const long v = strtol(text, &end, 10);
-    if (*text == '\0' || end == nullptr || *end != '\0' || errno != 0 || v < 0 || v > 3600000) {
+    const long v = digits ? strtol(text, &end, 10) : -1;
+    if (!digits || end == nullptr || *end != '\0' || errno != 0 || v < 0 || v > 3600000) {
         why = std::string(kWorkerProgressEnv) + "='" + text + "': expected milliseconds 0..3600000 between progress lines";
         return false;
     }
